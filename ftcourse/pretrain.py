@@ -334,10 +334,15 @@ def export(model, tokenizer, out_dir: Path, stats: dict) -> None:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     half = copy.deepcopy(model).half()
-    # Weights are stored in fp16 to halve the file; the config says float32 so that
-    # from_pretrained(dtype="auto") computes in fp32 on CPU (fp16 matmuls are slow there).
-    half.config.dtype = "float32"
     half.save_pretrained(out_dir)
+    # Weights are stored in fp16 to halve the file; the config says float32 so that
+    # from_pretrained (dtype "auto") computes in fp32 on CPU, where fp16 is slow and lossy.
+    config_path = out_dir / "config.json"
+    config = json.loads(config_path.read_text())
+    config["dtype"] = "float32"
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    # Position embeddings stop at seq_len: truncating there must be the tokenizer's default.
+    tokenizer.model_max_length = model.config.max_position_embeddings
     tokenizer.save_pretrained(out_dir)
     (out_dir / "training_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
 

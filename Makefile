@@ -1,0 +1,51 @@
+# ftcourse: two commands do all the setup on a fresh machine.
+#   make course   executes every notebook (offline profile) into build/, with HTML pages
+#   make test     runs the package's tests and nbval on every notebook
+#   make lab      opens JupyterLab on the course
+# Each creates the virtual environment (.venv) when it is missing.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+SHARED ?= $(abspath ../shared)
+
+# The offline mirror of the benchmarks, read in place, when it is beside the checkout.
+# Unset (no ../shared), the loaders fetch the same data from the Hugging Face hub.
+export FTCOURSE_DATA   ?= $(if $(wildcard $(SHARED)/datasets),$(SHARED)/datasets,)
+export FTCOURSE_CORPUS ?= $(if $(wildcard $(SHARED)/corpus),$(SHARED)/corpus,)
+export FTCOURSE_PROFILE ?= offline
+export TOKENIZERS_PARALLELISM := false
+export MPLBACKEND := Agg
+
+NOTEBOOKS := notebooks solutions
+
+.PHONY: install course test test-package test-notebooks lab bench clean-notebooks check-notebooks
+
+$(BIN)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+install: $(BIN)/.installed
+
+course: install
+	$(BIN)/python -m ftcourse.notebooks build --out build
+
+test: test-package test-notebooks
+
+test-package: install
+	$(BIN)/python -m pytest tests
+
+test-notebooks: install
+	$(BIN)/python -m pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider $(NOTEBOOKS)
+
+lab: install
+	$(BIN)/jupyter lab notebooks
+
+bench: install
+	$(BIN)/python -m bench
+
+check-notebooks: install
+	$(BIN)/python -m ftcourse.notebooks check

