@@ -1,0 +1,162 @@
+"""The course's own pretrained encoder: it loads offline, it has learned English, and the
+code that made it can be stopped and resumed.
+
+The held-out test needs the corpus (FTCOURSE_CORPUS, folder holding wikitext-2-raw/); it is
+skipped, saying so, where the corpus is absent. Everything else runs anywhere, offline.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from ftcourse import pretrain  # noqa: E402
+from ftcourse.config import COURSE_ENCODER_DIR, ConfigError  # noqa: E402
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(scope="module")
+def mlm():
+    return pretrain._load_mlm(COURSE_ENCODER_DIR)
+
+
+def test_loads_offline():
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    weights = COURSE_ENCODER_DIR / "model.safetensors"
+    assert weights.is_file() and weights.stat().st_size < 60e6
+    encoder = AutoModel.from_pretrained(str(COURSE_ENCODER_DIR), local_files_only=True)
+    model = AutoModelForMaskedLM.from_pretrained(str(COURSE_ENCODER_DIR), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(COURSE_ENCODER_DIR), local_files_only=True)
+    # Stored as fp16, computed in fp32; enough layers to ask "which layer to read".
+    assert next(model.parameters()).dtype == torch.float32
+    assert encoder.config.num_hidden_layers >= 4
+    assert tokenizer.model_max_length == encoder.config.max_position_embeddings
+    enc = tokenizer("The course's own BERT.", return_tensors="pt")
+    with torch.no_grad():
+        hidden = encoder(**enc).last_hidden_state
+    assert hidden.shape == (1, enc.input_ids.shape[1], encoder.config.hidden_size)
+
+
+def test_heldout_mlm_beats_unigram(mlm):
+    try:
+        pretrain.find_corpus()
+    except ConfigError as err:
+        pytest.skip(f"no corpus: {err}")
+    model, tokenizer = mlm
+    res = pretrain.evaluate_mlm((model, tokenizer), split="test", n_blocks=48, seed=0)
+    base = pretrain.unigram_baseline(split="test", n_blocks=48, seed=0, tokenizer=tokenizer,
+                                     seq_len=model.config.max_position_embeddings)
+    assert res["masked_tokens"] == base["masked_tokens"] > 500  # same positions for both
+    assert res["accuracy"] > base["accuracy"] + 0.15, (res, base)
+    assert res["perplexity"] < base["perplexity"] / 5, (res, base)
+
+
+# Chosen for what a small model trained on 2M words of Wikipedia can know: grammar,
+# function words and very frequent patterns of Wikipedia prose, not world knowledge.
+CLOZES = [
+    ("he was born in [MASK] 1950.", {"january", "february", "march", "april", "may", "june",
+                                     "july", "august", "september", "october", "november",
+                                     "december"}),
+    ("the president [MASK] the united states.", {"of"}),
+    ("the song was released [MASK] 2009.", {"in", "on"}),
+    ("she [MASK] a member of the band.", {"was", "is", "became"}),
+    ("the river flows [MASK] the sea.", {"into", "to", "through", "towards", "toward", "from"}),
+    ("they [MASK] the game 3 - 1.", {"won", "lost", "played", "finished", "drew"}),
+]
+
+
+@pytest.mark.parametrize("text,sensible", CLOZES, ids=[c[0] for c in CLOZES])
+def test_fill_mask_top5(mlm, text, sensible):
+    model, tokenizer = mlm
+    enc = tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits[0, enc.input_ids[0] == tokenizer.mask_token_id][0]
+    top5 = tokenizer.convert_ids_to_tokens(logits.topk(5).indices.tolist())
+    assert sensible & set(top5), f"{text!r}: top 5 {top5}"
+
+
+# ---- the pretraining code, on a tiny corpus
+
+
+TINY = ["The cat sat on the mat and looked at the dog .",
+        "In 1950 the river flowed into the sea near the old town .",
+        "She was a member of the band , which released its first album in 2009 ."]
+
+
+@pytest.fixture
+def tiny_corpus(tmp_path, monkeypatch):
+    folder = tmp_path / "corpus" / "wikitext-2-raw"
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "train.txt.gz", "wt", encoding="utf-8") as f:
+        for i in range(40):
+            f.write(" \n = Article = \n \n")
+            f.write(" " + TINY[i % 3] + " " + TINY[(i + 1) % 3] + " \n")
+    monkeypatch.setenv("FTCOURSE_CORPUS", str(tmp_path / "corpus"))
+    monkeypatch.setenv("FTCOURSE_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def _tiny_args(tmp, run, *extra):
+    return ["train", "--layers", "1", "--hidden", "32", "--heads", "2", "--intermediate", "64",
+            "--seq-len", "32", "--batch-size", "4", "--steps", "2", "--warmup-steps", "1",
+            "--threads", "1", "--run-dir", str(tmp / run), "--out", str(tmp / run / "model"),
+            *extra]
+
+
+def test_two_step_run_checkpoints_and_resumes(tiny_corpus):
+    tmp = tiny_corpus
+    ckpt = tmp / "run" / "checkpoint.pt"
+    # Stopped after one step: a checkpoint is there, and no final model yet.
+    assert pretrain.main(_tiny_args(tmp, "run", "--stop-after-steps", "1")) == 0
+    assert torch.load(ckpt, weights_only=False)["step"] == 1
+    assert not (tmp / "run" / "model").exists()
+    # Starting again without --resume would silently throw the run away: refused.
+    assert pretrain.main(_tiny_args(tmp, "run")) == 2
+    # --resume continues from step 1 to the end and exports the model.
+    assert pretrain.main(_tiny_args(tmp, "run", "--resume")) == 0
+    resumed = torch.load(ckpt, weights_only=False)
+    assert resumed["step"] == 2 and resumed["tokens_seen"] == 2 * 4 * 32
+    assert (tmp / "run" / "model" / "model.safetensors").is_file()
+    # Same data, same masks, same optimizer state: identical to an uninterrupted run.
+    assert pretrain.main(_tiny_args(tmp, "straight")) == 0
+    straight = torch.load(tmp / "straight" / "checkpoint.pt", weights_only=False)
+    for name, value in straight["model"].items():
+        torch.testing.assert_close(resumed["model"][name], value, msg=name)
+
+
+def test_masking_follows_bert():
+    tokenizer = pretrain.load_tokenizer()
+    x = torch.randint(2000, 20000, (64, 128))
+    x[:, 0], x[:, -1] = tokenizer.cls_token_id, tokenizer.sep_token_id
+    g = torch.Generator().manual_seed(0)
+    corrupted, chosen, targets = pretrain.mask_tokens(x, tokenizer, g)
+    assert not chosen[:, 0].any() and not chosen[:, -1].any()  # never the special tokens
+    assert abs(chosen.float().mean().item() * 128 / 126 - 0.15) < 0.01
+    masked = (corrupted[chosen] == tokenizer.mask_token_id).float().mean().item()
+    same = (corrupted[chosen] == targets).float().mean().item()
+    assert abs(masked - 0.8) < 0.02 and abs(same - 0.1) < 0.02
+    assert torch.equal(corrupted[~chosen], x[~chosen])
+
+
+def test_missing_corpus_says_what_to_set(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("FTCOURSE_CORPUS", raising=False)
+    assert pretrain.main(["train", "--steps", "1"]) == 2
+    assert "FTCOURSE_CORPUS" in capsys.readouterr().err
+    missing = tmp_path / "nowhere"
+    assert pretrain.main(["train", "--steps", "1", "--corpus", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert str(missing / "wikitext-2-raw") in err and "FTCOURSE_CORPUS" in err
+
+
+def test_unknown_option_is_an_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        pretrain.main(["train", "--no-such-option"])
+    assert exit_.value.code == 2
+    assert "--no-such-option" in capsys.readouterr().err
