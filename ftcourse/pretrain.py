@@ -408,8 +408,10 @@ def train(args) -> dict:
 
     while progress() < 1:
         # Linear warmup over `warmup` steps, then linear decay to 0 at the end of the run.
-        lr = args.lr * min((step + 1) / warmup, (1 - progress()) / (1 - min(0.5, warmup / total))
-                           if total else 1 - progress())
+        if total:
+            lr = args.lr * min((step + 1) / warmup, (total - step) / max(1, total - warmup))
+        else:  # warmup ends after `warmup` steps or 5% of the time, whichever comes first
+            lr = args.lr * min(max((step + 1) / warmup, progress() / 0.05), 1 - progress())
         for group in opt.param_groups:
             group["lr"] = lr
         x = batches(step)
@@ -627,6 +629,104 @@ def probe_ner(model_dir=COURSE_ENCODER_DIR, data=None, n_train: int = 1000, n_ev
 
 
 # ----------------------------------------------------------------------------------------
+# Model card
+
+
+def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, search=None,
+                     seed: int = 0) -> str:
+    """Measure the held-out numbers and write ``model_dir/README.md`` from them.
+
+    ``probe``: the output of :func:`probe_ner` (optional); ``search``: a list of shape-search
+    records (dicts with shape, steps, gflop_per_step, final_train_loss, val_acc, val_ppl).
+    """
+    model_dir = Path(model_dir)
+    st = json.loads((model_dir / "training_stats.json").read_text())
+    sh, params = st["shape"], st["params"]
+    res = evaluate_mlm(model_dir, "test", None, seed, corpus)
+    base = unigram_baseline("test", None, seed, corpus, seq_len=sh["seq_len"])
+    size_mb = (model_dir / "model.safetensors").stat().st_size / 1e6
+    lines = [
+        "---", "language: en", "library_name: transformers", "pipeline_tag: fill-mask",
+        "datasets: [wikitext]", "---", "",
+        "# ftcourse-bert-mini", "",
+        "A small BERT, MLM-pretrained from scratch by the course on WikiText-2 on 2 CPU cores. "
+        "It is the *raw* encoder of the offline profile: no sentence or task training at all, "
+        "so that each lesson can show what adaptation adds. It knows frequent English patterns, "
+        "not the world: expect grammar and function words, not facts.", "",
+        "## Architecture", "",
+        f"`BertForMaskedLM`, {sh['layers']} layers, hidden {sh['hidden']}, {sh['heads']} heads, "
+        f"feed-forward {sh['intermediate']}, at most {sh['seq_len']} positions, "
+        f"bert-base-uncased WordPiece vocabulary ({params['word_embeddings'] // sh['hidden']} "
+        f"tokens, tokenizer included). {params['total'] / 1e6:.1f}M parameters, of which "
+        f"{params['word_embeddings'] / 1e6:.1f}M are the (tied input/output) word embeddings. "
+        f"Stored as fp16 safetensors ({size_mb:.0f} MB); the config says float32, so "
+        "`from_pretrained` computes in fp32. There is no pooler (BERT's pooler was trained by "
+        "next-sentence prediction, which this model never did): `AutoModel` adds an untrained "
+        "one, so read `last_hidden_state`, not `pooler_output`.", "",
+        "## Training", "",
+        f"- Corpus: WikiText-2 (raw) *train* split only ({st['train_tokens']:,} WordPiece "
+        "tokens; headings dropped, `@-@`-style escapes undone), packed into blocks "
+        f"`[CLS] {sh['seq_len'] - 2} tokens [SEP]` with no padding. Validation and test were "
+        "never trained on.",
+        "- Objective: masked language modelling as in BERT: 15% of tokens chosen, 80% of them "
+        "[MASK], 10% a random token, 10% unchanged; the loss counts the chosen positions "
+        "only, and the output head is computed only there. No next-sentence prediction.",
+        f"- AdamW (betas 0.9/0.98, weight decay 0.01 except biases and LayerNorm), peak lr "
+        f"{st['lr']}, linear warmup then linear decay to 0 over the wall-time budget, gradient "
+        f"clipping 1.0, batch {st['batch_size']} x {sh['seq_len']} tokens, no dropout, seed "
+        f"{st['seed']}.",
+        f"- {st['steps']:,} steps, {st['tokens_seen']:,} tokens seen ({st['epochs']} epochs), "
+        f"wall time {st['wall_seconds'] / 60:.1f} min on {st['threads']} CPU threads "
+        "(shared with other jobs), "
+        f"{st['tokens_per_second']:.0f} tokens/s on average. Final training loss "
+        f"{st['final_loss']}.",
+        f"- Speed: {st['flops_per_step'] / 1e9:.0f} GFLOP per step (forward + backward, counted "
+        f"by torch's FlopCounterMode), so {st['achieved_flops_per_second'] / 1e9:.1f} GFLOP/s "
+        f"achieved, against {st['matmul_flops_per_second'] / 1e9:.0f} GFLOP/s for a plain fp32 "
+        f"1024x1024 matmul in the same process: ratio {st['matmul_ratio']:.2f}.", "",
+        "Retrain (resumable: rerun with `--resume` after a stop):", "",
+        "```bash", f"FTCOURSE_CORPUS=/path/to/folder-with-wikitext-2-raw {st['command']}", "```", "",
+        "## Held-out evaluation (WikiText-2 test)", "",
+        f"`ftcourse.pretrain.evaluate_mlm(split=\"test\", seed={seed})`: every packed test block, "
+        "15% of its tokens replaced by [MASK] (fixed seed), top-1 accuracy and perplexity over "
+        f"those {res['masked_tokens']:,} positions. The unigram baseline "
+        "(`unigram_baseline`) knows only training-set token frequencies: it always guesses "
+        f"`{base['most_frequent']}` and scores with the add-one-smoothed unigram distribution.", "",
+        "| | MLM accuracy | perplexity |", "|---|---|---|",
+        f"| ftcourse-bert-mini | {res['accuracy']:.3f} | {res['perplexity']:.1f} |",
+        f"| unigram baseline | {base['accuracy']:.3f} | {base['perplexity']:.1f} |", "",
+    ]
+    if search:
+        lines += [
+            "## Shape search", "",
+            "Candidates trained for the same compute (about 1 TFLOP each, batch 16 x 128, 1 "
+            "thread), scored by validation MLM accuracy/perplexity on 64 blocks. At such a small "
+            "budget this says which shapes learn fastest early, weak evidence for the full run.", "",
+            "| shape | params | GFLOP/step | steps | train loss | val acc | val ppl |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in search:
+            lines.append(f"| {r['shape']} | {r['params']['total'] / 1e6:.1f}M | "
+                         f"{r['gflop_per_step']:.0f} | {r['steps']} | {r['final_train_loss']:.2f} "
+                         f"| {r['val_acc']:.3f} | {r['val_ppl']:.0f} |")
+        lines.append("")
+    if probe:
+        lines += [
+            "## Which layer knows about entities?", "",
+            "A linear (softmax) probe on frozen features, first subtoken of each word, trained on "
+            "1000 CoNLL-2003 train sentences, scored on 500 validation sentences (`probe_ner`). "
+            "Layer 0 is the embedding output (no context).", "",
+            "| layer | token accuracy | entity-token F1 |", "|---|---|---|",
+        ]
+        for layer, r in probe.items():
+            lines.append(f"| {layer} | {r['token_accuracy']:.3f} | {r['entity_token_f1']:.3f} |")
+        lines.append("")
+    text = "\n".join(lines)
+    (model_dir / "README.md").write_text(text)
+    return text
+
+
+# ----------------------------------------------------------------------------------------
 # Command line
 
 
@@ -674,6 +774,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--data", help="folder holding conll2003/ (default: $FTCOURSE_DATA)")
     r.add_argument("--n-train", type=int, default=1000)
     r.add_argument("--n-eval", type=int, default=500)
+
+    c = sub.add_parser("card", help="measure held-out numbers and write the model card")
+    c.add_argument("model_dir", nargs="?", default=str(COURSE_ENCODER_DIR))
+    c.add_argument("--corpus")
+    c.add_argument("--probe", help="JSON file with probe_ner's output")
+    c.add_argument("--search", help="JSON-lines file of shape-search records")
     return p
 
 
@@ -689,6 +795,12 @@ def main(argv=None) -> int:
             base = unigram_baseline(args.split, args.n_blocks, args.seed, args.corpus,
                                     seq_len=res_seq_len(args.model_dir))
             print(json.dumps({"model": res, "unigram": base}, indent=2))
+        elif args.command == "card":
+            torch.set_num_threads(2)
+            probe = json.loads(Path(args.probe).read_text()) if args.probe else None
+            search = ([json.loads(x) for x in Path(args.search).read_text().splitlines() if x]
+                      if args.search else None)
+            print(write_model_card(args.model_dir, args.corpus, probe, search))
         elif args.command == "probe":
             print(json.dumps(probe_ner(args.model_dir, args.data, args.n_train, args.n_eval), indent=2))
     except ConfigError as err:
