@@ -85,7 +85,10 @@ def _load(loader, source: str, role: str, profile, **kwargs):
     local = is_local(source)
     try:
         return loader(source, local_files_only=local, **kwargs)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: a folder without a usable config
+        if isinstance(error, ValueError) and not local:
+            raise
+        reason = " ".join(str(error).split()).rstrip(".")
         where = f"the local folder {source}" if local else f"the Hugging Face hub as {source!r}"
         fix = (
             "Fix: check that the folder holds config.json and the weights."
@@ -96,7 +99,7 @@ def _load(loader, source: str, role: str, profile, **kwargs):
         )
         raise ModelNotAvailableError(
             f"Could not load the {role!r} model of profile {config.get_profile(profile).name!r} "
-            f"from {where}: {error}. {fix}"
+            f"from {where}: {reason}. {fix}"
         ) from error
 
 

@@ -1,0 +1,97 @@
+import pytest
+
+from ftcourse import config, data
+
+
+def test_conll_full_sizes_and_labels(shared_data):
+    conll = data.load_conll2003(full=True)
+    assert len(conll["train"]) == 14041
+    assert len(conll["validation"]) == 3250
+    assert sum(len(t) for t in conll["validation"]["tokens"]) == 51362
+    assert data.label_names(conll["train"], "ner_tags") == data.CONLL_LABELS
+    first = conll["train"][0]
+    assert first["tokens"][:3] == ["EU", "rejects", "German"]
+    assert [data.CONLL_LABELS[t] for t in first["ner_tags"][:3]] == ["B-ORG", "O", "B-MISC"]
+
+
+def test_sst2_and_stsb_columns(shared_data):
+    sst = data.load_sst2(full=True)
+    assert (len(sst["train"]), len(sst["validation"])) == (67349, 872)
+    assert set(sst["train"]["label"]) == {0, 1}
+    stsb = data.load_stsb(full=True)
+    assert [len(stsb[s]) for s in ("train", "validation", "test")] == [5749, 1500, 1379]
+    assert stsb["test"].column_names == ["sentence1", "sentence2", "score"]
+    assert 0 <= min(stsb["train"]["score"]) and max(stsb["train"]["score"]) <= 5
+
+
+def test_profile_subsets_training_only_and_is_deterministic(shared_data):
+    a = data.load_sst2("offline")
+    b = data.load_sst2("offline")
+    assert len(a["train"]) == config.PROFILES["offline"].train_size("sst2")
+    assert len(a["validation"]) == 872  # evaluation is never subsampled offline
+    assert a["train"]["sentence"] == b["train"]["sentence"]
+    assert data.load_sst2("offline", seed=1)["train"]["sentence"] != a["train"]["sentence"]
+
+
+def test_unknown_dataset_and_profile():
+    with pytest.raises(data.DataError, match="Known datasets: conll2003, sst2, stsb"):
+        data.load("imdb")
+    with pytest.raises(config.ConfigError, match="Known profiles"):
+        config.get_profile("laptop")
+
+
+def test_missing_folder_names_the_path_and_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTCOURSE_DATA", str(tmp_path))
+    with pytest.raises(data.DataNotFoundError, match=r"sst2/train.tsv.*FTCOURSE_DATA"):
+        data.load_sst2()
+    monkeypatch.setenv("FTCOURSE_DATA", str(tmp_path / "nowhere"))
+    with pytest.raises(config.ConfigError, match="is not a folder"):
+        data.load_sst2()
+
+
+def _write(folder, name, files):
+    (folder / name).mkdir(parents=True)
+    for filename, text in files.items():
+        (folder / name / filename).write_text(text)
+
+
+def test_malformed_lines_give_file_and_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTCOURSE_DATA", str(tmp_path))
+    good = "EU NNP B-NP B-ORG\n\n"
+    _write(tmp_path, "conll2003", {"train.txt": good + "Peter NNP B-NP\n", "validation.txt": good})
+    with pytest.raises(data.DataFormatError, match=r"train.txt:3: expected 4 fields"):
+        data.load_conll2003()
+    _write(tmp_path, "sst2", {"train.tsv": "sentence\tlabel\ngood\t1\nbad\tneg\n", "validation.tsv": "sentence\tlabel\n"})
+    with pytest.raises(data.DataFormatError, match=r"train.tsv:3"):
+        data.load_sst2()
+
+
+def test_empty_split_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTCOURSE_DATA", str(tmp_path))
+    _write(tmp_path, "sst2", {"train.tsv": "sentence\tlabel\ngood\t1\n", "validation.tsv": "sentence\tlabel\n"})
+    with pytest.raises(data.EmptySplitError, match="validation split is empty"):
+        data.load_sst2()
+
+
+def test_stsb_score_out_of_range(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTCOURSE_DATA", str(tmp_path))
+    row = "main-captions\tMSRvid\t2012test\t0001\t{}\tA man.\tA woman.\n"
+    _write(tmp_path, "stsb", {"train.tsv": row.format("7.5"), "validation.tsv": row.format("1"), "test.tsv": row.format("1")})
+    with pytest.raises(data.DataFormatError, match=r"train.tsv:1: score 7.5 is outside"):
+        data.load_stsb()
+
+
+def test_hub_unreachable_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("FTCOURSE_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(data.DataNotFoundError, match=r"(?s)stanfordnlp/sst2.*go online.*FTCOURSE_DATA"):
+        data.load_sst2()
+
+
+def test_subsample_rejects_non_positive():
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"x": [1, 2, 3]})
+    assert len(data.subsample(ds, 2)) == 2
+    with pytest.raises(ValueError, match="positive"):
+        data.subsample(ds, 0)

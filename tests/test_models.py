@@ -1,0 +1,46 @@
+import pytest
+from transformers import BertConfig
+
+from ftcourse import config, models
+
+
+def test_architecture_is_bert_base():
+    cfg = models.architecture_config()
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == (12, 768, 30522)
+
+
+def test_offline_sentence_model_is_packaged():
+    source = models.model_source("sentence", "offline")
+    assert source == str(models.packaged_sentence_model_dir())
+    tok = models.load_tokenizer("sentence", "offline")
+    assert tok("hello world")["input_ids"][0] == tok.cls_token_id
+
+
+def test_offline_encoder_loads_without_network(recwarn):
+    encoder = models.load_encoder("offline", add_pooling_layer=False)
+    assert encoder.config.model_type == "bert"
+    assert encoder.config.vocab_size == 30522
+    if models.course_encoder_available():
+        assert models.model_source("encoder", "offline") == str(config.COURSE_ENCODER_DIR)
+
+
+def test_unknown_role():
+    with pytest.raises(models.UnknownRoleError, match="Known roles"):
+        models.model_source("decoder")
+
+
+def test_paper_profile_offline_miss_is_clear(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(models.ModelNotAvailableError, match=r"(?s)bert-base-uncased.*go online.*FTCOURSE_ENCODER"):
+        models.load_encoder("paper")
+
+
+def test_override_with_a_missing_local_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCOURSE_ENCODER", str(tmp_path))
+    with pytest.raises(models.ModelNotAvailableError, match="local folder"):
+        models.load_encoder()
+
+
+def test_describe_hides_machine_paths():
+    for source in models.describe("offline").values():
+        assert not source.startswith("/"), source

@@ -1,0 +1,99 @@
+import datasets
+import pytest
+import torch
+
+from ftcourse import heads, training
+
+
+def test_bucketed_batches_cover_every_example_once():
+    lengths = [5, 50, 7, 49, 6, 48, 8, 47] * 10
+    batches = training.length_bucketed_batches(lengths, 8, shuffle=True, seed=0, bucket_factor=10)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(len(lengths)))
+    spread = max(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches)
+    assert spread <= 3  # sorted pools put similar lengths together
+    assert training.length_bucketed_batches(lengths, 8, True, seed=0) == training.length_bucketed_batches(lengths, 8, True, seed=0)
+
+
+def test_collate_pads_ids_and_token_labels():
+    batch = training.collate(
+        [{"input_ids": [101, 7, 102], "attention_mask": [1, 1, 1], "labels": [-100, 2, -100]},
+         {"input_ids": [101, 102], "attention_mask": [1, 1], "labels": [-100, -100]}],
+        pad_token_id=0,
+    )
+    assert batch["input_ids"].tolist() == [[101, 7, 102], [101, 102, 0]]
+    assert batch["labels"].tolist()[1] == [-100, -100, -100]
+    spans = training.collate([{"input_ids": [1, 2, 3, 4], "labels": [1, 2]}])
+    assert spans["labels"].shape == (1, 2)
+
+
+def test_layer_decay_and_no_decay_groups(tiny_bert):
+    model = heads.TaskModel(tiny_bert, heads.SentenceClassifier(32, 2))
+    groups = training.parameter_groups(model, training.TrainConfig(lr=1e-3, layer_decay=0.5))
+    by_name = {}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in groups:
+        for p in group["params"]:
+            by_name[names[id(p)]] = group
+    assert by_name["head.classifier.weight"]["lr"] == pytest.approx(1e-3)
+    assert by_name["encoder.encoder.layer.1.output.dense.weight"]["lr"] == pytest.approx(5e-4)
+    assert by_name["encoder.embeddings.word_embeddings.weight"]["lr"] == pytest.approx(1e-3 * 0.5**3)
+    assert by_name["encoder.encoder.layer.0.output.LayerNorm.weight"]["weight_decay"] == 0.0
+    assert by_name["head.classifier.weight"]["weight_decay"] == 0.01
+
+
+def test_bad_configs():
+    with pytest.raises(ValueError, match="warmup_ratio"):
+        training.TrainConfig(warmup_ratio=1.5)
+    with pytest.raises(ValueError, match="positive"):
+        training.TrainConfig(lr=0)
+
+
+def _toy_task(tokenizer, n=64):
+    words = ["good", "bad"]
+    sentences = [f"this is {words[i % 2]}" for i in range(n)]
+    data = datasets.Dataset.from_dict({"sentence": sentences, "labels": [1 - i % 2 for i in range(n)]})
+    return data.map(lambda b: tokenizer(b["sentence"]), batched=True)
+
+
+def test_training_learns_a_trivial_task_and_is_reproducible(tiny_bert, tokenizer):
+    data = _toy_task(tokenizer)
+    config = training.TrainConfig(lr=3e-3, epochs=6, batch_size=16, progress=False, warmup_ratio=0.0)
+
+    def run():
+        torch.manual_seed(0)
+        model = heads.TaskModel(tiny_bert.__class__(tiny_bert.config, add_pooling_layer=False), heads.SentenceClassifier(32, 2))
+        history = training.train(model, data, config, eval_data=data, metric=training.accuracy)
+        return history
+
+    first, second = run(), run()
+    assert first.metrics[-1]["accuracy"] == 1.0
+    assert first.losses == second.losses
+    assert first.examples_seen == 6 * 64
+    assert len(first.learning_rates) == 6 * 4
+
+
+def test_frozen_training_leaves_the_encoder_unchanged(tiny_bert, tokenizer):
+    data = _toy_task(tokenizer, 32)
+    model = heads.set_regime(heads.TaskModel(tiny_bert, heads.SentenceClassifier(32, 2)), "frozen")
+    before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    training.train(model, data, training.TrainConfig(lr=1e-2, progress=False))
+    assert all(torch.equal(before[k], v) for k, v in model.encoder.state_dict().items())
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        for p in model.parameters():
+            p.requires_grad = False
+        training.train(model, data, training.TrainConfig(progress=False))
+
+
+def test_empty_dataset_is_an_error(tiny_bert):
+    empty = datasets.Dataset.from_dict({"input_ids": [], "labels": []})
+    with pytest.raises(ValueError, match="empty"):
+        training.make_loader(empty, 8, shuffle=True)
+
+
+def test_predict_keeps_dataset_order(tiny_bert, tokenizer):
+    data = _toy_task(tokenizer, 10).map(lambda row, i: {"input_ids": row["input_ids"] + [1012] * (i % 4)}, with_indices=True)
+    data = data.remove_columns(["attention_mask", "token_type_ids"])
+    model = heads.TaskModel(tiny_bert, heads.SentenceClassifier(32, 2))
+    logits, labels = training.predict(model, data, batch_size=3)
+    assert [int(label) for label in labels] == data["labels"]
