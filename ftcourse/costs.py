@@ -1,0 +1,343 @@
+"""What each adaptation regime costs: parameters to train, bytes to store, per task.
+
+Every figure is computed from a real architecture, never typed: the backbone is built from
+its ``transformers`` config (on the ``meta`` device, so counting bert-base costs no memory),
+LoRA and prompt tuning are real ``peft`` models, and Houlsby adapters are real
+``nn.Linear`` bottlenecks sized from the same config.
+
+The regimes, for a backbone of ``B`` parameters and ``n`` tasks:
+
+- ``full fine-tuning``: every task stores its own copy of the backbone and its head;
+- ``frozen + linear head``: one shared backbone, each task stores a head;
+- ``LoRA``: one shared backbone, each task stores low-rank updates ``B·A`` and a head;
+- ``prompt tuning``: one shared backbone, each task stores virtual-token embeddings and a head;
+- ``Houlsby adapters``: one shared backbone, each task stores bottleneck adapters (and the
+  layer norms, which Houlsby et al. train too) and a head.
+
+Sizes are bytes; ``MIB = 2**20`` bytes and ``KIB = 2**10`` bytes (the "MiB" and "KiB"
+of the figures this module reproduces).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+KIB = 2**10
+MIB = 2**20
+BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+DEFAULT_TARGETS = ("query", "value")
+DEFAULT_NUM_VIRTUAL_TOKENS = 20  # Lester et al. (2021) use 5..150; 20 is a common middle
+DEFAULT_ADAPTER_SIZE = 64  # Houlsby et al. (2019) sweep bottleneck sizes 8, 64, 256
+
+REGIME_NAMES = (
+    "full fine-tuning",
+    "frozen + linear head",
+    "LoRA",
+    "prompt tuning",
+    "Houlsby adapters",
+)
+
+
+# ----------------------------------------------------------------------------- counting
+
+
+def _config(config=None):
+    """bert-base-uncased's configuration (``BertConfig()``) unless another is given."""
+    if config is None:
+        from .models import architecture_config
+
+        return architecture_config()
+    return config
+
+
+def _count(module: nn.Module, trainable_only: bool = False) -> int:
+    """Parameters of ``module``, shared tensors counted once."""
+    seen, total = set(), 0
+    for parameter in module.parameters():
+        if id(parameter) in seen or (trainable_only and not parameter.requires_grad):
+            continue
+        seen.add(id(parameter))
+        total += parameter.numel()
+    return total
+
+
+def build_backbone(config=None, add_pooling_layer: bool = True, device="meta") -> nn.Module:
+    """``BertModel(config)`` (bert-base-uncased by default), on the ``meta`` device unless
+    told otherwise: shapes without memory, so counting is instant."""
+    from transformers import AutoModel
+
+    config = _config(config)
+    with torch.device(device):
+        return AutoModel.from_config(config, add_pooling_layer=add_pooling_layer)
+
+
+def backbone_parameters(config=None, add_pooling_layer: bool = True) -> int:
+    """Parameters of the whole backbone. bert-base with its pooler: 109,482,240."""
+    return _count(build_backbone(config, add_pooling_layer))
+
+
+def linear_head_parameters(hidden_size: int = 768, num_labels: int = 2) -> int:
+    """A linear classifier over the [CLS] state: ``hidden_size × num_labels`` weights plus
+    ``num_labels`` biases (bert-base, 2 labels: 1,538)."""
+    if hidden_size < 1 or num_labels < 1:
+        raise ValueError(f"hidden_size and num_labels must be positive, got {hidden_size}, {num_labels}.")
+    return hidden_size * num_labels + num_labels
+
+
+def lora_sequence_classifier(config=None, rank: int = 8, targets: Sequence[str] = DEFAULT_TARGETS,
+                             num_labels: int = 2, alpha: int | None = None):
+    """A real ``peft`` LoRA model over ``BertForSequenceClassification`` on the ``meta``
+    device, as ``get_peft_model`` builds it for ``task_type=SEQ_CLS``. Its classifier is in
+    ``modules_to_save``, so ``print_trainable_parameters()`` counts it with LoRA."""
+    from peft import TaskType
+    from transformers import AutoModelForSequenceClassification
+
+    from .lora import add_lora
+
+    config = _config(config).__class__(**{**_config(config).to_dict(), "num_labels": num_labels})
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config)
+    return add_lora(model, rank=rank, targets=targets, alpha=alpha, task_type=TaskType.SEQ_CLS)
+
+
+def split_trainable(peft_model) -> dict:
+    """A peft model's trainable parameters, split into the adapter's own (``adapter``:
+    LoRA matrices or prompt embeddings) and the task head copied into ``modules_to_save``
+    (``head``). ``peft``'s ``print_trainable_parameters()`` reports their sum."""
+    adapter = head = 0
+    for name, parameter in peft_model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        if "modules_to_save" in name:
+            head += parameter.numel()
+        else:
+            adapter += parameter.numel()
+    return {"adapter": adapter, "head": head, "trainable": adapter + head}
+
+
+def lora_parameters(config=None, rank: int = 8, targets: Sequence[str] = DEFAULT_TARGETS) -> int:
+    """LoRA's own parameters (head excluded), counted on a real peft model: for each
+    targeted ``d_in → d_out`` linear layer, ``A`` is ``r × d_in`` and ``B`` is ``d_out × r``.
+    bert-base, r=8, query and value: 12 × 2 × (768×8 + 8×768) = 294,912."""
+    return split_trainable(lora_sequence_classifier(config, rank, targets))["adapter"]
+
+
+def lora_parameters_formula(config=None, rank: int = 8, targets: Sequence[str] = DEFAULT_TARGETS) -> int:
+    """The same count by hand, from the shapes of the targeted linear layers, so the
+    notebook can show the arithmetic and a test can hold peft to it."""
+    from .lora import matching_linear_layers
+
+    backbone = build_backbone(config)
+    return sum(rank * (layer.in_features + layer.out_features)
+               for layer in matching_linear_layers(backbone, targets).values())
+
+
+def prompt_tuning_parameters(config=None, num_virtual_tokens: int = DEFAULT_NUM_VIRTUAL_TOKENS) -> int:
+    """Prompt tuning's own parameters (head excluded), counted on a real peft
+    ``PromptTuningConfig`` model: ``num_virtual_tokens × hidden_size`` embeddings."""
+    from peft import PromptTuningConfig, TaskType, get_peft_model
+    from transformers import AutoModelForSequenceClassification
+
+    if num_virtual_tokens < 1:
+        raise ValueError(f"num_virtual_tokens must be at least 1, got {num_virtual_tokens}.")
+    config = _config(config)
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config)
+    peft_model = get_peft_model(model, PromptTuningConfig(task_type=TaskType.SEQ_CLS,
+                                                          num_virtual_tokens=num_virtual_tokens))
+    return split_trainable(peft_model)["adapter"]
+
+
+class BottleneckAdapter(nn.Module):
+    """Houlsby et al. (2019): ``x + up(gelu(down(x)))``, a residual bottleneck of size ``m``
+    inserted twice per layer (after attention and after the feed-forward block)."""
+
+    def __init__(self, hidden_size: int, bottleneck_size: int):
+        super().__init__()
+        self.down = nn.Linear(hidden_size, bottleneck_size)
+        self.up = nn.Linear(bottleneck_size, hidden_size)
+
+    def forward(self, x):
+        return x + self.up(nn.functional.gelu(self.down(x)))
+
+
+def houlsby_adapter_parameters(config=None, bottleneck_size: int = DEFAULT_ADAPTER_SIZE,
+                               train_layer_norms: bool = True) -> int:
+    """Houlsby adapters' own parameters (head excluded), from real modules sized by the
+    config: two ``BottleneckAdapter``s per layer, ``2·(d·m + m + m·d + d)`` each layer,
+    plus the layer's two LayerNorms when ``train_layer_norms`` (as in the paper).
+    bert-base, m=64: 12 × 2 × 99,136 + 12 × 2 × 1,536 = 2,416,128."""
+    if bottleneck_size < 1:
+        raise ValueError(f"bottleneck_size must be at least 1, got {bottleneck_size}.")
+    config = _config(config)
+    with torch.device("meta"):
+        adapter = BottleneckAdapter(config.hidden_size, bottleneck_size)
+        layer_norm = nn.LayerNorm(config.hidden_size)
+    per_layer = 2 * _count(adapter) + (2 * _count(layer_norm) if train_layer_norms else 0)
+    return config.num_hidden_layers * per_layer
+
+
+# ----------------------------------------------------------------------------- storage
+
+
+@dataclass(frozen=True)
+class RegimeCost:
+    """What one regime trains and stores. ``shared`` is stored once for all tasks (the
+    frozen backbone); ``per_task`` is stored again for every task (its own parameters
+    and its head)."""
+
+    regime: str
+    detail: str  # e.g. "r=8 on query, value"
+    trainable: int  # parameters trained per task (head included)
+    head: int  # of which the task head
+    shared: int  # parameters stored once
+    per_task: int  # parameters stored per task
+    dtype: str = "fp32"
+
+    @property
+    def bytes_per_parameter(self) -> int:
+        return BYTES_PER_PARAMETER[self.dtype]
+
+    @property
+    def per_task_bytes(self) -> int:
+        return self.per_task * self.bytes_per_parameter
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.shared * self.bytes_per_parameter
+
+    def total_bytes(self, n_tasks: int) -> int:
+        """Bytes to store ``n_tasks`` tasks: the shared part once, the per-task part n times."""
+        if n_tasks < 0:
+            raise ValueError(f"n_tasks must be 0 or more, got {n_tasks}.")
+        return (self.shared_bytes if n_tasks else 0) + n_tasks * self.per_task_bytes
+
+
+def regime_costs(config=None, rank: int = 8, targets: Sequence[str] = DEFAULT_TARGETS,
+                 num_labels: int = 2, num_virtual_tokens: int = DEFAULT_NUM_VIRTUAL_TOKENS,
+                 adapter_size: int = DEFAULT_ADAPTER_SIZE, dtype: str = "fp32",
+                 regimes: Iterable[str] = REGIME_NAMES) -> list[RegimeCost]:
+    """The cost of each regime for ``config`` (bert-base by default) with a linear
+    sentence-classification head of ``num_labels`` outputs."""
+    if dtype not in BYTES_PER_PARAMETER:
+        raise ValueError(f"Unknown dtype {dtype!r}. Known: {', '.join(BYTES_PER_PARAMETER)}.")
+    regimes = tuple(regimes)
+    unknown = [r for r in regimes if r not in REGIME_NAMES]
+    if unknown:
+        raise ValueError(f"Unknown regimes {unknown}. Known regimes: {', '.join(REGIME_NAMES)}.")
+    config = _config(config)
+    backbone = backbone_parameters(config)
+    head = linear_head_parameters(config.hidden_size, num_labels)
+    own = {
+        "full fine-tuning": (backbone, "every weight, a full copy per task"),
+        "frozen + linear head": (0, "[CLS] features, backbone shared"),
+        "LoRA": (lambda: lora_parameters(config, rank, targets), f"r={rank} on {', '.join(targets)}"),
+        "prompt tuning": (lambda: prompt_tuning_parameters(config, num_virtual_tokens),
+                          f"{num_virtual_tokens} virtual tokens"),
+        "Houlsby adapters": (lambda: houlsby_adapter_parameters(config, adapter_size),
+                             f"bottleneck {adapter_size}, 2 per layer, + layer norms"),
+    }
+    costs = []
+    for regime in regimes:
+        count, detail = own[regime]
+        count = count() if callable(count) else count
+        shared = 0 if regime == "full fine-tuning" else backbone
+        costs.append(RegimeCost(regime, detail, trainable=count + head, head=head, shared=shared,
+                                per_task=count + head, dtype=dtype))
+    return costs
+
+
+def format_bytes(n_bytes: int) -> str:
+    """``6,152 B (6.0 KiB)`` below a MiB, ``1.13 MiB`` above."""
+    if n_bytes < MIB:
+        return f"{n_bytes / KIB:.1f} KiB"
+    return f"{n_bytes / MIB:,.2f} MiB"
+
+
+def storage_table(costs: Sequence[RegimeCost], n_tasks: int = 8) -> str:
+    """A plain-text table (so it prints the same everywhere, and nbval can check it):
+    trainable parameters, share of the backbone, bytes per task, total for ``n_tasks``,
+    and how many times less than full fine-tuning each regime stores per task."""
+    full = next((c for c in costs if c.regime == "full fine-tuning"), None)
+    backbone = full.per_task - full.head if full else max(c.shared for c in costs)
+    header = (f"{'regime':<22}{'detail':<44}{'trainable':>12}{'% of model':>11}"
+              f"{'per task':>12}{'x less':>9}{f'{n_tasks} tasks':>14}")
+    lines = [header, "-" * len(header)]
+    for c in costs:
+        ratio = f"{full.per_task_bytes / c.per_task_bytes:,.0f}x" if full else "-"
+        lines.append(
+            f"{c.regime:<22}{c.detail:<44}{c.trainable:>12,}{100 * (c.trainable - c.head) / backbone:>10.2f}%"
+            f"{format_bytes(c.per_task_bytes):>12}{ratio:>9}{c.total_bytes(n_tasks) / MIB:>10,.1f} MiB"
+        )
+    lines.append(f"(% of model: the regime's own parameters, head excluded, over the backbone's "
+                 f"{backbone:,}; sizes in {costs[0].dtype}, MiB = 2**20 bytes)")
+    return "\n".join(lines)
+
+
+def plot_storage(costs: Sequence[RegimeCost], max_tasks: int = 100, mark: int | None = None, ax=None):
+    """Total bytes stored against the number of tasks, one line per regime (log scale:
+    full fine-tuning grows by a whole model per task, the others by a sliver)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    tasks = list(range(1, max_tasks + 1))
+    for cost in costs:
+        ax.plot(tasks, [cost.total_bytes(n) / MIB for n in tasks], label=f"{cost.regime} ({cost.detail})")
+    if mark:
+        ax.axvline(mark, color="grey", linestyle=":", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("number of tasks")
+    ax.set_ylabel("total storage (MiB, log scale)")
+    ax.set_title("Storage for n tasks: one shared backbone vs a copy per task")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
+
+
+# ----------------------------------------------------------------------------- interactive
+
+
+def draw_storage(config=None, rank: int = 8, n_tasks: int = 8, targets: Sequence[str] = DEFAULT_TARGETS,
+                 num_virtual_tokens: int = DEFAULT_NUM_VIRTUAL_TOKENS, max_tasks: int = 100) -> list[RegimeCost]:
+    """Print the storage table and draw the storage plot for these settings (what the
+    sliders redraw). Plots full fine-tuning, LoRA, prompt tuning and the frozen head."""
+    import matplotlib.pyplot as plt
+
+    if not targets:
+        print("Pick at least one target module.")
+        return []
+    costs = regime_costs(config, rank=rank, targets=targets, num_virtual_tokens=num_virtual_tokens)
+    print(storage_table(costs, n_tasks))
+    plotted = [c for c in costs if c.regime != "Houlsby adapters"]
+    plot_storage(plotted, max_tasks=max(max_tasks, n_tasks), mark=n_tasks)
+    plt.show()
+    return costs
+
+
+def storage_widgets(config=None, rank: int = 8, n_tasks: int = 8, targets: Sequence[str] = DEFAULT_TARGETS):
+    """Sliders for the LoRA rank and the number of tasks, and a multiple choice of target
+    modules (the backbone's linear layers), redrawing ``draw_storage``. Returns the widget
+    box; display it after one explicit ``draw_storage(...)`` call, so a notebook executed
+    without a widget frontend still shows the default table and figure."""
+    import ipywidgets as widgets
+
+    from .lora import linear_module_names
+
+    config = _config(config)
+    rank_slider = widgets.IntSlider(value=rank, min=1, max=64, description="rank r")
+    tasks_slider = widgets.IntSlider(value=n_tasks, min=1, max=100, description="tasks n")
+    target_choice = widgets.SelectMultiple(
+        options=linear_module_names(build_backbone(config)), value=tuple(targets),
+        description="targets", rows=6,
+    )
+    output = widgets.interactive_output(
+        lambda rank, n_tasks, targets: draw_storage(config, rank, n_tasks, targets),
+        {"rank": rank_slider, "n_tasks": tasks_slider, "targets": target_choice},
+    )
+    return widgets.VBox([widgets.HBox([widgets.VBox([rank_slider, tasks_slider]), target_choice]), output])
