@@ -199,6 +199,7 @@ def save_task_adapter(model: heads_module.TaskModel, folder, task: str) -> dict:
         for file in (folder / active).iterdir():
             file.replace(folder / file.name)
         (folder / active).rmdir()
+    (folder / "README.md").unlink(missing_ok=True)  # peft's empty model-card template
     save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, folder / HEAD_WEIGHTS)
     linear = head.classifier
     sidecar = {
