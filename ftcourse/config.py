@@ -48,6 +48,14 @@ class Profile:
     head_lr: float = 1e-3  # a randomly initialised head over frozen features needs bigger steps
     seeds: tuple = (0, 1, 2)
     device: str = "auto"  # "auto" picks cuda when present
+    # What each regime costs (lesson 3): LoRA, and a learning curve on SST-2.
+    lora_rank: int = 8
+    lora_lr: float = 5e-4  # Hu et al. (2021) use 4e-4 .. 5e-4 for RoBERTa-base on GLUE
+    learning_curve_sizes: tuple = (32, 128, 512, 2048)  # SST-2 labelled examples per run
+    learning_curve_seeds: tuple = (0, 1, 2)
+    learning_curve_min_examples: int = 2048  # a small set repeats until a run has seen this many
+    learning_curve_eval_size: int | None = None  # SST-2 dev sentences scored (None = all 872)
+    adapter_train_size: int | None = 2048  # CoNLL-2003 sentences for lesson 3's tagging adapter
 
     def with_(self, **changes) -> "Profile":
         """A copy with some fields changed, e.g. ``profile.with_(epochs=3)``."""
@@ -74,6 +82,12 @@ PROFILES = {
         epochs=1,
         lstm_hidden=128,
         finetune_lr=1e-4,  # Turc et al. (2019) tune small BERTs with 1e-4 .. 3e-5
+        lora_lr=1e-3,  # a small encoder and few steps: LoRA wants bigger steps than full fine-tuning
+        learning_curve_sizes=(32, 128, 512),  # x 2 seeds x 3 regimes must fit in ~2 CPU minutes
+        learning_curve_seeds=(0, 1),
+        learning_curve_min_examples=256,
+        learning_curve_eval_size=256,
+        adapter_train_size=256,
         seeds=(0, 1, 2),
     ),
     "paper": Profile(
