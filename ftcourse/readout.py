@@ -1,0 +1,708 @@
+"""Feature-based NER: which layer of a frozen encoder is worth reading?
+
+The BERT paper (Devlin et al. 2019, Table 7) froze BERT, fed the states of one or more
+layers to a randomly initialised two-layer BiLSTM, and scored CoNLL-2003 entity F1. This
+module reproduces that experiment in three steps, each cheap after the first:
+
+1. **Extract once, cache.** ``cached_features`` runs the frozen encoder a single time over
+   a split and keeps *every* layer's state (embeddings + each transformer layer) for the
+   first subtoken of each word, as float16 on disk (safetensors). The file is named by a
+   hash of what it was built from (model weights, tokenizer, profile, data, max_length),
+   and carries that key inside, so a stale or foreign file is refused, never misread.
+2. **Read out.** A readout picks layers from those states: one layer (``embeddings``,
+   ``last``, ``second_to_last``, ``layer_k``), a learned scalar mix of several
+   (``weighted_sum_all``, ``weighted_sum_last4``), or their concatenation (``concat_last4``).
+3. **Train a small head** (the paper's BiLSTM, or a linear probe) on the cached word
+   features and score it with seqeval on the whole validation split. The encoder never
+   runs again: that is why a readout trains two orders of magnitude faster than fine-tuning.
+
+``finetune_tagger`` gives the paper's last row: the whole encoder trained with a token
+classification head on the same sentences, scored the same way.
+
+Layer numbering: 0 is the embedding output, ``k`` the output of transformer layer ``k``,
+``num_layers`` the last one (what ``last_hidden_state`` holds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
+from tqdm.auto import tqdm
+
+from . import config, heads, models, training
+
+#: Bump when the file layout changes: old caches then no longer match and are rebuilt.
+FEATURES_FORMAT = 1
+#: The readouts of the BERT paper's Table 7 (plus ``layer_k`` for any single layer).
+PAPER_READOUTS = ("embeddings", "last", "second_to_last", "weighted_sum_all", "weighted_sum_last4", "concat_last4")
+HEAD_KINDS = ("bilstm", "linear")
+LSTM_LAYERS = 2  # the paper's "two-layer 768-dimensional BiLSTM"
+_LAYER_NAME = re.compile(r"layer_(-?\d+)")
+
+
+class ReadoutError(ValueError):
+    """Base class: a readout was asked for something it cannot do; the message says the fix."""
+
+
+class UnknownReadoutError(ReadoutError):
+    pass
+
+
+class LayerOutOfRangeError(ReadoutError, IndexError):
+    pass
+
+
+class LabelMismatchError(ReadoutError):
+    pass
+
+
+class FeatureCacheMismatchError(ReadoutError):
+    pass
+
+
+# ----------------------------------------------------------------------------- readouts
+
+
+@dataclass(frozen=True)
+class Readout:
+    """Which layers a readout reads (0 = embeddings) and how it combines them:
+    ``"select"`` (one layer), ``"mix"`` (a learned scalar mix) or ``"concat"``."""
+
+    name: str
+    layers: tuple
+    combine: str
+
+    def input_size(self, hidden_size: int) -> int:
+        return hidden_size * len(self.layers) if self.combine == "concat" else hidden_size
+
+
+def readout_names(num_layers: int) -> list[str]:
+    """Every readout an encoder with ``num_layers`` transformer layers offers."""
+    return [*PAPER_READOUTS, *layer_readouts(num_layers)]
+
+
+def layer_readouts(num_layers: int) -> list[str]:
+    """One single-layer readout per layer, embeddings (``layer_0``) to last."""
+    return [f"layer_{k}" for k in range(num_layers + 1)]
+
+
+def resolve_readout(name: str, num_layers: int) -> Readout:
+    """The ``Readout`` called ``name`` for an encoder with ``num_layers`` layers.
+
+    ``weighted_sum_all`` mixes the transformer layers 1..num_layers (the paper's "all 12
+    layers"; the embeddings have their own row). The paper's last-four row is a plain sum;
+    ``weighted_sum_last4`` starts from exactly that (uniform weights) and learns the rest.
+    """
+    last = num_layers
+    match = _LAYER_NAME.fullmatch(name)
+    if match:
+        k = int(match.group(1))
+        if not 0 <= k <= last:
+            raise LayerOutOfRangeError(
+                f"Readout {name!r}: layer {k} is out of range. This encoder has layers 0 "
+                f"(embeddings) to {last} (last). Fix: use layer_0 .. layer_{last}."
+            )
+        return Readout(name, (k,), "select")
+    if name in ("weighted_sum_last4", "concat_last4") and num_layers < 4:
+        raise LayerOutOfRangeError(
+            f"Readout {name!r} needs 4 transformer layers; this encoder has {num_layers}. "
+            "Fix: use weighted_sum_all or a single layer."
+        )
+    fixed = {
+        "embeddings": Readout(name, (0,), "select"),
+        "last": Readout(name, (last,), "select"),
+        "second_to_last": Readout(name, (last - 1,), "select"),
+        "weighted_sum_all": Readout(name, tuple(range(1, last + 1)), "mix"),
+        "weighted_sum_last4": Readout(name, tuple(range(last - 3, last + 1)), "mix"),
+        "concat_last4": Readout(name, tuple(range(last - 3, last + 1)), "concat"),
+    }
+    if name not in fixed:
+        raise UnknownReadoutError(
+            f"Unknown readout {name!r}. Known readouts: {', '.join(PAPER_READOUTS)}, "
+            f"and layer_0 .. layer_{last} for a single layer."
+        )
+    return fixed[name]
+
+
+# ----------------------------------------------------------------------------- features
+
+
+@dataclass
+class WordFeatures:
+    """Every layer's state for the first subtoken of each word of one split.
+
+    ``states`` holds only the words that fit in ``max_length`` subtokens (``kept`` per
+    sentence); ``labels`` holds every word's gold label, so scoring covers the whole split
+    and a truncated word counts as predicted ``O``.
+    """
+
+    states: torch.Tensor  # (kept words, num_layers + 1, hidden), float16
+    labels: torch.Tensor  # (all words,), label ids
+    words: torch.Tensor  # (sentences,), words per sentence
+    kept: torch.Tensor  # (sentences,), words with a state (the rest were truncated away)
+    label_names: list
+    key: dict  # what the features were built from (see ``feature_key``)
+    extraction: dict = field(default_factory=dict)  # tokens and seconds of the build
+
+    @property
+    def num_layers(self) -> int:
+        return self.states.shape[1] - 1
+
+    @property
+    def hidden_size(self) -> int:
+        return self.states.shape[2]
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.words)
+
+    @property
+    def truncated_words(self) -> int:
+        return int((self.words - self.kept).sum())
+
+    @property
+    def tokens_per_second(self) -> float:
+        seconds = self.extraction.get("seconds", 0)
+        return self.extraction.get("tokens", 0) / seconds if seconds else float("nan")
+
+    def state_offsets(self) -> torch.Tensor:
+        return torch.cat([torch.zeros(1, dtype=torch.long), self.kept.cumsum(0)])
+
+    def label_offsets(self) -> torch.Tensor:
+        return torch.cat([torch.zeros(1, dtype=torch.long), self.words.cumsum(0)])
+
+    def gold_tags(self) -> list[list[str]]:
+        """The gold tag names, one list per sentence (for seqeval)."""
+        offsets = self.label_offsets().tolist()
+        names = [self.label_names[i] for i in self.labels.tolist()]
+        return [names[offsets[i] : offsets[i + 1]] for i in range(self.num_sentences)]
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """A short hash of a model's configuration and weights (a sample of every tensor:
+    enough to tell two checkpoints apart, fast even for bert-base)."""
+    digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    for name, tensor in model.state_dict().items():
+        sample = tensor.detach().flatten()[:4096].float().cpu().contiguous()
+        digest.update(f"{name}{tuple(tensor.shape)}".encode())
+        digest.update(sample.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    vocab = tokenizer.get_vocab()
+    text = json.dumps([type(tokenizer).__name__, len(vocab), sorted(vocab.items())[:: max(1, len(vocab) // 2000)],
+                       getattr(tokenizer, "do_lower_case", None)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def data_fingerprint(words, tags) -> str:
+    digest = hashlib.sha256()
+    for sentence, sentence_tags in zip(words, tags):
+        digest.update(("\t".join(sentence) + "\n" + ",".join(map(str, sentence_tags)) + "\n").encode())
+    return digest.hexdigest()[:16]
+
+
+def feature_key(model, tokenizer, dataset, split: str, profile=None, source: str | None = None) -> dict:
+    """Everything the cached features depend on. Change any of it and the cache is rebuilt."""
+    profile = config.get_profile(profile)
+    return {
+        "format": FEATURES_FORMAT,
+        "model": source or getattr(model.config, "_name_or_path", "") or type(model).__name__,
+        "model_fingerprint": model_fingerprint(model),
+        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+        "profile": profile.name,
+        "split": split,
+        "sentences": len(dataset),
+        "data_fingerprint": data_fingerprint(dataset["tokens"], dataset["ner_tags"]),
+        "max_length": profile.max_length,
+    }
+
+
+def cache_path(key: dict) -> Path:
+    """Where the features for ``key`` live: ``<cache>/features/<model>-<split>-<hash>.safetensors``."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    model = re.sub(r"[^\w.-]+", "_", "-".join(Path(str(key["model"])).parts[-2:]))
+    return config.cache_dir() / "features" / f"{model}-{key['split']}-{digest}.safetensors"
+
+
+def first_subtoken_positions(word_ids: list) -> list[int]:
+    """The position of each word's first subtoken (words truncated away have none)."""
+    positions, previous = [], None
+    for position, word in enumerate(word_ids):
+        if word is not None and word != previous:
+            positions.append(position)
+        previous = word
+    return positions
+
+
+@torch.inference_mode()
+def extract_features(model, tokenizer, dataset, *, max_length: int, batch_size: int = 64,
+                     device: str | None = None, progress: bool = True) -> WordFeatures:
+    """Run the frozen encoder once over ``dataset`` (``tokens``, ``ner_tags``) and keep
+    every layer's state at each word's first subtoken. Batches hold sentences of similar
+    length, padded only to the longest, so little compute is spent on padding."""
+    from .data import label_names
+
+    words, tags = list(dataset["tokens"]), list(dataset["ner_tags"])
+    encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length)
+    positions = [first_subtoken_positions(encoded.word_ids(i)) for i in range(len(words))]
+    lengths = [len(ids) for ids in encoded["input_ids"]]
+    inputs = [c for c in training.MODEL_INPUTS if c in encoded]
+    device = device or next(model.parameters()).device
+    model.eval()
+    per_sentence = [None] * len(words)
+    batches = training.length_bucketed_batches(lengths, batch_size, shuffle=False)
+    start = time.perf_counter()
+    for batch in tqdm(batches, desc="extracting", disable=not progress):
+        rows = [{c: encoded[c][i] for c in inputs} for i in batch]
+        padded = {k: v.to(device) for k, v in training.collate(rows, tokenizer.pad_token_id).items()}
+        hidden = model(**padded, output_hidden_states=True).hidden_states  # num_layers + 1 of (B, T, H)
+        stacked = torch.stack(hidden, dim=2)  # (B, T, layers, H)
+        for row, i in enumerate(batch):
+            per_sentence[i] = stacked[row, positions[i]].to(torch.float16).cpu()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    return WordFeatures(
+        states=torch.cat(per_sentence),
+        labels=torch.tensor([t for sentence in tags for t in sentence], dtype=torch.long),
+        words=torch.tensor([len(w) for w in words], dtype=torch.long),
+        kept=torch.tensor([len(p) for p in positions], dtype=torch.long),
+        label_names=label_names(dataset, "ner_tags"),
+        key={},
+        extraction={"tokens": sum(lengths), "seconds": seconds, "sentences": len(words)},
+    )
+
+
+def save_features(features: WordFeatures, path: Path) -> None:
+    """Write features to a safetensors file, with their key and label names inside."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {"states": features.states.contiguous(), "labels": features.labels, "words": features.words,
+               "kept": features.kept}
+    metadata = {"key": json.dumps(features.key, sort_keys=True), "label_names": json.dumps(features.label_names),
+                "extraction": json.dumps(features.extraction)}
+    partial = path.with_suffix(".partial")
+    save_file(tensors, str(partial), metadata=metadata)
+    partial.replace(path)  # a run stopped mid-write never leaves a half file under the real name
+
+
+def load_features(path, expected_key: dict | None = None) -> WordFeatures:
+    """Read features saved by ``save_features``. With ``expected_key``, refuse a file built
+    from anything else (another model, tokenizer, dataset, profile or max_length)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No feature cache at {path}. Fix: build it with cached_features().")
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+    if "key" not in metadata:
+        raise FeatureCacheMismatchError(
+            f"{path.name} carries no key, so what built it is unknown. Fix: delete it and extract again."
+        )
+    stored = json.loads(metadata["key"])
+    if expected_key is not None and stored != expected_key:
+        differences = "; ".join(
+            f"{name}: cache has {stored.get(name)!r}, wanted {expected_key.get(name)!r}"
+            for name in sorted(set(stored) | set(expected_key))
+            if stored.get(name) != expected_key.get(name)
+        )
+        raise FeatureCacheMismatchError(
+            f"The feature cache {path.name} was built from something else ({differences}). "
+            "Fix: extract again (cached_features(..., rebuild=True)) or delete the file."
+        )
+    tensors = load_file(str(path))
+    return WordFeatures(
+        states=tensors["states"], labels=tensors["labels"], words=tensors["words"], kept=tensors["kept"],
+        label_names=json.loads(metadata["label_names"]), key=stored,
+        extraction=json.loads(metadata.get("extraction", "{}")),
+    )
+
+
+def cached_features(model, tokenizer, dataset, split: str, profile=None, *, source: str | None = None,
+                    rebuild: bool = False, batch_size: int | None = None, progress: bool = True,
+                    verbose: bool = True) -> WordFeatures:
+    """The features of ``dataset`` (one split), extracted once and then read from the cache.
+
+    Rebuild rule: the file name is a hash of ``feature_key`` (model weights, tokenizer,
+    data, profile, max_length, file format), so any change to those builds a new file;
+    ``rebuild=True`` forces a fresh extraction. Old files can be deleted at any time.
+    """
+    profile = config.get_profile(profile)
+    key = feature_key(model, tokenizer, dataset, split, profile, source)
+    path = cache_path(key)
+    where = f"<cache>/features/{path.name}"
+    if path.is_file() and not rebuild:
+        features = load_features(path, expected_key=key)
+        if verbose:
+            print(f"{split}: {features.num_sentences} sentences, read from {where}")
+        return features
+    features = extract_features(model, tokenizer, dataset, max_length=profile.max_length,
+                                batch_size=batch_size or 2 * profile.batch_size, progress=progress)
+    features.key = key
+    save_features(features, path)
+    if verbose:
+        print(f"{split}: {features.num_sentences} sentences, {features.extraction['tokens']} tokens extracted "
+              f"at {features.tokens_per_second:,.0f} tokens/s, cached as {where}")
+    return features
+
+
+def check_compatible(train: WordFeatures, evaluation: WordFeatures) -> None:
+    """Train and evaluation features must share labels and come from the same encoder."""
+    if list(train.label_names) != list(evaluation.label_names):
+        raise LabelMismatchError(
+            f"The label sets differ: training has {train.label_names}, evaluation has "
+            f"{evaluation.label_names}. Fix: load both splits from the same dataset."
+        )
+    for name in ("model_fingerprint", "tokenizer_fingerprint", "max_length"):
+        if train.key.get(name) != evaluation.key.get(name):
+            raise FeatureCacheMismatchError(
+                f"Training and evaluation features differ in {name} ({train.key.get(name)!r} vs "
+                f"{evaluation.key.get(name)!r}): they were built by different encoders or settings. "
+                "Fix: extract both splits with the same model and profile."
+            )
+
+
+# ----------------------------------------------------------------------------- heads
+
+
+class ScalarMix(nn.Module):
+    """ELMo's scalar mix: ``gamma * sum_j softmax(w)_j * h_j``. Softmax keeps the weights
+    positive and summing to one, so they read as "how much of each layer"; ``gamma`` lets
+    the head rescale the result. Zero-initialised ``w`` starts as the plain average."""
+
+    def __init__(self, num_layers: int):
+        super().__init__()
+        self.weights = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, layers: torch.Tensor) -> torch.Tensor:  # (..., num_layers, hidden)
+        if layers.shape[-2] != len(self.weights):
+            raise ValueError(f"ScalarMix over {len(self.weights)} layers got {layers.shape[-2]}.")
+        return self.gamma * torch.einsum("...lh,l->...h", layers, self.normalized_weights())
+
+    def normalized_weights(self) -> torch.Tensor:
+        return torch.softmax(self.weights, dim=0)
+
+
+class FeatureTagger(nn.Module):
+    """Readout -> [two-layer BiLSTM] -> linear classifier, one label per word.
+
+    ``head="bilstm"`` is the paper's head (randomly initialised, ``lstm_hidden`` per
+    direction); ``head="linear"`` is a probe: the classifier reads the features directly.
+    """
+
+    def __init__(self, readout: Readout, hidden_size: int, num_labels: int, head: str = "bilstm",
+                 lstm_hidden: int = 256, dropout: float = 0.1):
+        super().__init__()
+        if head not in HEAD_KINDS:
+            raise ReadoutError(f"Unknown head {head!r}. Known heads: {', '.join(HEAD_KINDS)}.")
+        self.readout, self.head_kind = readout, head
+        self.mix = ScalarMix(len(readout.layers)) if readout.combine == "mix" else None
+        size = readout.input_size(hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = None
+        if head == "bilstm":
+            self.lstm = nn.LSTM(size, lstm_hidden, num_layers=LSTM_LAYERS, bidirectional=True,
+                                batch_first=True, dropout=dropout)
+            size = 2 * lstm_hidden
+        self.classifier = nn.Linear(size, num_labels)
+
+    def forward(self, layers: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``layers``: (batch, words, readout layers, hidden); ``lengths``: words per sentence."""
+        x = self.mix(layers) if self.mix is not None else layers.flatten(-2)  # concat (or the one layer)
+        x = self.dropout(x)
+        if self.lstm is not None:
+            # Packing keeps the backward direction from reading the padding first.
+            packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            x, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=x.shape[1])
+            x = self.dropout(x)
+        return self.classifier(x)
+
+
+class _Batches:
+    """Padded word-feature batches of one readout, for training or prediction."""
+
+    def __init__(self, features: WordFeatures, readout: Readout, device):
+        if max(readout.layers) > features.num_layers:
+            raise LayerOutOfRangeError(
+                f"Readout {readout.name!r} reads layer {max(readout.layers)} but the features have "
+                f"layers 0..{features.num_layers}."
+            )
+        # Only the readout's layers, once: later batches are cheap slices of this tensor.
+        self.states = features.states[:, list(readout.layers)].to(device)
+        self.device = device
+        self.kept = features.kept.tolist()
+        self.state_offsets = features.state_offsets().tolist()
+        label_offsets = features.label_offsets().tolist()
+        self.labels = [features.labels[label_offsets[i] : label_offsets[i] + k] for i, k in enumerate(self.kept)]
+        self.sentences = [i for i, k in enumerate(self.kept) if k > 0]
+
+    def batch(self, ids: list[int]):
+        states = [self.states[self.state_offsets[i] : self.state_offsets[i + 1]] for i in ids]
+        x = pad_sequence(states, batch_first=True).float()
+        labels = pad_sequence([self.labels[i] for i in ids], batch_first=True, padding_value=heads.IGNORE_INDEX)
+        lengths = torch.tensor([self.kept[i] for i in ids])
+        return x, labels.to(self.device), lengths
+
+    def order(self, batch_size: int, shuffle: bool, seed: int = 0) -> list[list[int]]:
+        lengths = [self.kept[i] for i in self.sentences]
+        batches = training.length_bucketed_batches(lengths, batch_size, shuffle=shuffle, seed=seed)
+        return [[self.sentences[j] for j in batch] for batch in batches]
+
+
+@contextmanager
+def few_threads_on_cpu(device, threads: int = 1):
+    """Train and run heads with one intra-op thread on a CPU. A BiLSTM step is a few small
+    matmuls; spreading each over several threads costs more in synchronisation than it
+    saves (measured 10x slower with 2 threads on a busy 2-core machine)."""
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass
+class ReadoutResult:
+    """One trained readout: its validation entity F1 (x100) and what it learned."""
+
+    readout: str
+    head: str
+    f1: float
+    epoch_seconds: list
+    mix_weights: list | None = None  # softmax-normalised, one per layer read
+    mix_layers: tuple | None = None
+    gamma: float | None = None
+    model: FeatureTagger | None = field(default=None, repr=False)
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        return sum(self.epoch_seconds) / max(len(self.epoch_seconds), 1)
+
+
+def train_readout(train: WordFeatures, name: str, profile=None, *, head: str = "bilstm", epochs: int | None = None,
+                  lr: float | None = None, batch_size: int | None = None, seed: int = 0, device: str | None = None,
+                  progress: bool = False) -> tuple[FeatureTagger, list]:
+    """Train a fresh head on cached features through readout ``name``: Adam, the profile's
+    ``head_lr``, ``readout_epochs`` and ``batch_size``. Returns the model and epoch times."""
+    profile = config.get_profile(profile)
+    readout = resolve_readout(name, train.num_layers)
+    device = device or models.pick_device(profile)
+    torch.manual_seed(seed)  # the head's initialisation, dropout and batch order
+    model = FeatureTagger(readout, train.hidden_size, len(train.label_names), head=head,
+                          lstm_hidden=profile.lstm_hidden).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr or profile.head_lr)
+    data = _Batches(train, readout, device)
+    with few_threads_on_cpu(device):
+        epoch_seconds = _fit(model, data, optimizer, epochs or profile.readout_epochs,
+                             batch_size or profile.batch_size, seed, progress)
+    return model, epoch_seconds
+
+
+def _fit(model: FeatureTagger, data: _Batches, optimizer, epochs: int, batch_size: int, seed: int,
+         progress: bool) -> list:
+    """The training loop proper; returns the seconds each epoch took."""
+    loss_fn = nn.CrossEntropyLoss(ignore_index=heads.IGNORE_INDEX)
+    epoch_seconds = []
+    for epoch in tqdm(range(epochs), desc=f"{model.readout.name} ({model.head_kind})", disable=not progress):
+        model.train()
+        start = time.perf_counter()
+        for ids in data.order(batch_size, shuffle=True, seed=seed + epoch):
+            x, labels, lengths = data.batch(ids)
+            logits = model(x, lengths)
+            loss = loss_fn(logits.flatten(0, 1), labels.flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 5.0)  # LSTMs occasionally spike early on
+            optimizer.step()
+        epoch_seconds.append(time.perf_counter() - start)
+    return epoch_seconds
+
+
+@torch.inference_mode()
+def predict_tags(model: FeatureTagger, features: WordFeatures, batch_size: int = 256) -> list[list[str]]:
+    """Predicted tag names for every word of every sentence; words truncated away get ``O``."""
+    model.eval()
+    device = next(model.parameters()).device
+    data = _Batches(features, model.readout, device)
+    predicted = [[] for _ in range(features.num_sentences)]
+    with few_threads_on_cpu(device):
+        for ids in data.order(batch_size, shuffle=False):
+            x, _, lengths = data.batch(ids)
+            best = model(x, lengths).argmax(-1).cpu()
+            for row, i in enumerate(ids):
+                predicted[i] = [features.label_names[j] for j in best[row, : lengths[row]].tolist()]
+    outside = _outside_tag(features.label_names)
+    return [tags + [outside] * (int(n) - len(tags)) for tags, n in zip(predicted, features.words)]
+
+
+def _outside_tag(label_names) -> str:
+    if "O" not in label_names:
+        raise LabelMismatchError(f"The labels {label_names} have no 'O' tag: is this an IOB tag set?")
+    return "O"
+
+
+def entity_f1(gold: list[list[str]], predicted: list[list[str]]) -> float:
+    """Entity-level F1 x100 (seqeval, conlleval rules), as the CoNLL-2003 papers report it."""
+    from seqeval.metrics import f1_score
+
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted ones.")
+    for i, (g, p) in enumerate(zip(gold, predicted)):
+        if len(g) != len(p):
+            raise ValueError(f"Sentence {i}: {len(g)} gold tags but {len(p)} predicted ones.")
+    return 100 * f1_score(gold, predicted)
+
+
+def evaluate_readout(train: WordFeatures, validation: WordFeatures, name: str, profile=None, *,
+                     head: str = "bilstm", seed: int = 0, **kwargs) -> ReadoutResult:
+    """Train readout ``name`` with ``head`` on ``train`` and score it on all of ``validation``."""
+    check_compatible(train, validation)
+    model, epoch_seconds = train_readout(train, name, profile, head=head, seed=seed, **kwargs)
+    f1 = entity_f1(validation.gold_tags(), predict_tags(model, validation))
+    result = ReadoutResult(name, head, f1, epoch_seconds, model=model.cpu())
+    if model.mix is not None:
+        result.mix_weights = model.mix.normalized_weights().tolist()
+        result.mix_layers = model.readout.layers
+        result.gamma = model.mix.gamma.item()
+    return result
+
+
+def evaluate_readouts(train: WordFeatures, validation: WordFeatures, names, profile=None, *,
+                      head: str = "bilstm", seed: int = 0, progress: bool = True) -> dict:
+    """``evaluate_readout`` for each name (checked up front, so a typo fails before any training)."""
+    for name in names:
+        resolve_readout(name, train.num_layers)
+    results = {}
+    bar = tqdm(names, desc=f"readouts ({head})", disable=not progress)
+    for name in bar:
+        bar.set_postfix(readout=name)
+        results[name] = evaluate_readout(train, validation, name, profile, head=head, seed=seed)
+    return results
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+
+
+def tokenized_for_tagging(tokenizer, dataset, max_length: int):
+    """A ``datasets.Dataset`` of input ids and first-subtoken labels, as ``training`` wants."""
+    import datasets
+
+    encoded = heads.tokenize_for_tagging(tokenizer, list(dataset["tokens"]), list(dataset["ner_tags"]),
+                                         max_length=max_length)
+    columns = [c for c in (*training.MODEL_INPUTS, "labels") if c in encoded]
+    return datasets.Dataset.from_dict({c: encoded[c] for c in columns}), encoded
+
+
+@dataclass
+class FinetuneResult:
+    f1: float
+    history: training.History
+    model: nn.Module = field(repr=False)
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        return self.history.seconds_per_epoch
+
+
+def finetune_tagger(encoder, tokenizer, conll, profile=None, *, seed: int = 0, epochs: int | None = None,
+                    progress: bool = True) -> FinetuneResult:
+    """The paper's last row: ``encoder`` (trained in place) plus a token-classification
+    head, fine-tuned on ``conll["train"]`` with the profile's ``finetune_lr`` and scored
+    like the readouts: each word's tag is its first subtoken's, over all of validation."""
+    from .data import label_names
+
+    profile = config.get_profile(profile)
+    names = label_names(conll["train"], "ner_tags")
+    if label_names(conll["validation"], "ner_tags") != names:
+        raise LabelMismatchError(
+            f"The label sets differ: train has {names}, validation has "
+            f"{label_names(conll['validation'], 'ner_tags')}. Fix: load both splits from the same dataset."
+        )
+    model = heads.set_regime(heads.TaskModel(encoder, heads.TokenTagger(encoder.config.hidden_size, len(names))),
+                             "finetune")
+    train_data, _ = tokenized_for_tagging(tokenizer, conll["train"], profile.max_length)
+    valid_data, encoded = tokenized_for_tagging(tokenizer, conll["validation"], profile.max_length)
+    recipe = training.TrainConfig(lr=profile.finetune_lr, epochs=epochs or profile.epochs,
+                                  batch_size=profile.batch_size, seed=seed, progress=progress)
+    history = training.train(model, train_data, recipe, pad_token_id=tokenizer.pad_token_id)
+    logits, _ = training.predict(model, valid_data, recipe.eval_batch_size, tokenizer.pad_token_id)
+    gold = [[names[t] for t in tags] for tags in conll["validation"]["ner_tags"]]
+    predicted = []
+    for i, sentence_logits in enumerate(logits):
+        best = sentence_logits.argmax(-1).tolist()
+        tags = [names[best[p]] for p in first_subtoken_positions(encoded.word_ids(i))]
+        predicted.append(tags + ["O"] * (len(gold[i]) - len(tags)))
+    return FinetuneResult(entity_f1(gold, predicted), history, model)
+
+
+# ----------------------------------------------------------------------------- speed
+
+
+def encoder_flops(model_config, tokens: int, mean_length: float) -> float:
+    """Forward FLOPs of a BERT-like encoder over ``tokens`` tokens in sequences of
+    ``mean_length``: 2 per multiply-add in the dense layers, plus attention's two
+    (length x length) products. Embedding lookups cost nothing."""
+    hidden, layers = model_config.hidden_size, model_config.num_hidden_layers
+    dense = 2 * (4 * hidden * hidden + 2 * hidden * model_config.intermediate_size)
+    attention = 2 * 2 * mean_length * hidden
+    return tokens * layers * (dense + attention)
+
+
+def matmul_flops_per_second(size: int = 1024, seconds: float = 1.0, device: str = "cpu") -> float:
+    """What a plain float32 matmul reaches on ``device``, for comparison (best of repeats)."""
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    a @ b  # warm up
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        if device != "cpu":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        if device != "cpu":
+            torch.cuda.synchronize()
+        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
+    return best
+
+
+def extraction_flops_per_second(model_config, features: WordFeatures) -> float:
+    """The FLOP/s the extraction of ``features`` reached (from its recorded tokens and time)."""
+    tokens, seconds = features.extraction.get("tokens", 0), features.extraction.get("seconds", 0)
+    sentences = features.extraction.get("sentences", 0) or features.num_sentences
+    if not seconds:
+        return float("nan")
+    return encoder_flops(model_config, tokens, tokens / sentences) / seconds
+
+
+def format_table(rows: list[tuple], header: tuple) -> str:
+    """A plain-text table; floats with one decimal, missing values as '-'."""
+    def cell(value):
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+    table = [list(map(str, header))] + [[cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

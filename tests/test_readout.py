@@ -1,0 +1,204 @@
+"""Feature readouts: extraction and its cache, the readouts, the heads, scoring, bad input."""
+
+import datasets
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from ftcourse import config, data, published, readout
+
+PROFILE = config.get_profile("offline")
+
+
+def tiny_conll(n=12, seed=0):
+    """A few CoNLL-shaped sentences with a learnable rule: capitalised words are B-PER."""
+    generator = torch.Generator().manual_seed(seed)
+    vocabulary = ["the", "a", "Paris", "John", "met", "in", "saw", "Mary", "London", "today", "unbelievably"]
+    tokens, tags = [], []
+    for _ in range(n):
+        length = int(torch.randint(2, 9, (1,), generator=generator))
+        words = [vocabulary[int(i)] for i in torch.randint(len(vocabulary), (length,), generator=generator)]
+        tokens.append(words)
+        tags.append([1 if w[0].isupper() else 0 for w in words])
+    features = datasets.Features({
+        "tokens": datasets.Sequence(datasets.Value("string")),
+        "ner_tags": datasets.Sequence(datasets.ClassLabel(names=data.CONLL_LABELS)),
+    })
+    return datasets.Dataset.from_dict({"tokens": tokens, "ner_tags": tags}, features=features)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTCOURSE_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def other_bert(seed):
+    torch.manual_seed(seed)
+    config_ = BertConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64,
+                         max_position_embeddings=128)
+    return BertModel(config_, add_pooling_layer=False)
+
+
+# ----------------------------------------------------------------------------- readouts
+
+
+def test_paper_readouts_are_the_published_rows():
+    assert set(readout.PAPER_READOUTS) | {"finetune"} == set(published.BERT_FEATURE_BASED_NER_F1)
+
+
+def test_readouts_pick_the_paper_layers():
+    layers = {name: readout.resolve_readout(name, 12) for name in readout.readout_names(12)}
+    assert layers["embeddings"].layers == (0,)
+    assert layers["last"].layers == (12,)
+    assert layers["second_to_last"].layers == (11,)
+    assert layers["weighted_sum_all"].layers == tuple(range(1, 13)) and layers["weighted_sum_all"].combine == "mix"
+    assert layers["weighted_sum_last4"].layers == (9, 10, 11, 12)
+    assert layers["concat_last4"].combine == "concat" and layers["concat_last4"].input_size(768) == 4 * 768
+    assert layers["layer_5"].layers == (5,)
+    assert len(readout.layer_readouts(12)) == 13
+
+
+def test_layer_out_of_range_is_clear():
+    with pytest.raises(readout.LayerOutOfRangeError, match=r"layer 7 is out of range.*layer_0 \.\. layer_6"):
+        readout.resolve_readout("layer_7", 6)
+    with pytest.raises(readout.LayerOutOfRangeError):
+        readout.resolve_readout("layer_-1", 6)
+    with pytest.raises(readout.LayerOutOfRangeError, match="needs 4 transformer layers"):
+        readout.resolve_readout("concat_last4", 2)
+
+
+def test_unknown_readout_lists_the_known_ones():
+    with pytest.raises(readout.UnknownReadoutError, match=r"Known readouts: embeddings, last.*concat_last4"):
+        readout.resolve_readout("third_to_last", 6)
+
+
+def test_scalar_mix_is_a_softmax_weighted_sum_with_a_scale():
+    mix = readout.ScalarMix(3)
+    layers = torch.randn(2, 5, 3, 4)
+    assert torch.allclose(mix(layers), layers.mean(-2), atol=1e-6)  # zero weights: the plain average
+    with torch.no_grad():
+        mix.weights.copy_(torch.tensor([0.0, 100.0, 0.0]))
+        mix.gamma.fill_(2.0)
+    assert torch.allclose(mix(layers), 2 * layers[..., 1, :], atol=1e-4)
+    assert torch.isclose(mix.normalized_weights().sum(), torch.tensor(1.0))
+
+
+# ----------------------------------------------------------------------------- extraction and cache
+
+
+def test_first_subtoken_positions():
+    assert readout.first_subtoken_positions([None, 0, 0, 1, 2, 2, None]) == [1, 3, 4]
+
+
+def test_extraction_keeps_every_layer_of_each_first_subtoken(tiny_bert, tokenizer):
+    dataset = tiny_conll()
+    features = readout.extract_features(tiny_bert, tokenizer, dataset, max_length=64, batch_size=5, progress=False)
+    words = sum(len(t) for t in dataset["tokens"])
+    assert features.states.shape == (words, 3, 32) and features.states.dtype == torch.float16
+    assert features.truncated_words == 0
+    # Sentence 0, word 0: the state of its first subtoken (position 1, after [CLS]) at every layer.
+    encoded = tokenizer([dataset["tokens"][0]], is_split_into_words=True, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = tiny_bert(**encoded, output_hidden_states=True).hidden_states
+    expected = torch.stack([h[0, 1] for h in hidden])
+    assert torch.allclose(features.states[0].float(), expected, atol=1e-2)
+    assert features.gold_tags() == [[data.CONLL_LABELS[t] for t in s] for s in dataset["ner_tags"]]
+
+
+def test_truncated_words_are_counted_and_predicted_outside(tiny_bert, tokenizer):
+    dataset = tiny_conll()
+    features = readout.extract_features(tiny_bert, tokenizer, dataset, max_length=4, batch_size=8, progress=False)
+    assert features.truncated_words == sum(len(t) for t in dataset["tokens"]) - len(features.states)
+    assert features.truncated_words > 0
+    model = readout.FeatureTagger(readout.resolve_readout("last", 2), 32, 9, head="linear")
+    predicted = readout.predict_tags(model, features)
+    assert [len(p) for p in predicted] == [len(t) for t in dataset["tokens"]]
+
+
+def test_cache_is_reused_and_keyed_by_model(tiny_bert, tokenizer, cache):
+    dataset = tiny_conll()
+    first = readout.cached_features(tiny_bert, tokenizer, dataset, "train", PROFILE, progress=False, verbose=False)
+    files = list((cache / "features").glob("*.safetensors"))
+    assert len(files) == 1
+    again = readout.cached_features(tiny_bert, tokenizer, dataset, "train", PROFILE, progress=False, verbose=False)
+    assert torch.equal(first.states, again.states) and again.key == first.key
+    other = other_bert(1)
+    readout.cached_features(other, tokenizer, dataset, "train", PROFILE, progress=False, verbose=False)
+    assert len(list((cache / "features").glob("*.safetensors"))) == 2  # another model: another file
+
+
+def test_cache_built_by_another_model_is_refused(tiny_bert, tokenizer, cache):
+    dataset = tiny_conll()
+    readout.cached_features(tiny_bert, tokenizer, dataset, "train", PROFILE, progress=False, verbose=False)
+    (path,) = (cache / "features").glob("*.safetensors")
+    wrong = readout.feature_key(other_bert(1), tokenizer, dataset, "train", PROFILE)
+    with pytest.raises(readout.FeatureCacheMismatchError, match=r"model_fingerprint.*rebuild=True"):
+        readout.load_features(path, expected_key=wrong)
+
+
+def test_features_from_different_encoders_do_not_mix(tiny_bert, tokenizer, cache):
+    dataset = tiny_conll()
+    train = readout.cached_features(tiny_bert, tokenizer, dataset, "train", PROFILE, progress=False, verbose=False)
+    other = readout.cached_features(other_bert(1), tokenizer, dataset, "validation", PROFILE, progress=False,
+                                    verbose=False)
+    with pytest.raises(readout.FeatureCacheMismatchError, match="different encoders"):
+        readout.check_compatible(train, other)
+
+
+def test_label_sets_that_do_not_match_are_refused(tiny_bert, tokenizer):
+    dataset = tiny_conll()
+    train = readout.extract_features(tiny_bert, tokenizer, dataset, max_length=64, progress=False)
+    validation = readout.extract_features(tiny_bert, tokenizer, dataset, max_length=64, progress=False)
+    validation.label_names = ["O", "B-PER", "I-PER"]
+    with pytest.raises(readout.LabelMismatchError, match="label sets differ"):
+        readout.check_compatible(train, validation)
+    with pytest.raises(readout.LabelMismatchError, match="label sets differ"):
+        readout.evaluate_readout(train, validation, "last", PROFILE, head="linear", epochs=1)
+
+
+# ----------------------------------------------------------------------------- heads and scoring
+
+
+def test_entity_f1_is_seqeval_times_100():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"]]
+    assert readout.entity_f1(gold, gold) == 100.0
+    assert readout.entity_f1(gold, [["B-PER", "O", "O", "B-LOC"]]) == pytest.approx(50.0)
+    with pytest.raises(ValueError, match="4 gold tags but 3"):
+        readout.entity_f1(gold, [["O", "O", "O"]])
+
+
+@pytest.mark.parametrize("head", readout.HEAD_KINDS)
+@pytest.mark.parametrize("name", ["last", "weighted_sum_all", "concat_last4"])
+def test_heads_shape_and_padding(head, name):
+    torch.manual_seed(0)
+    model = readout.FeatureTagger(readout.resolve_readout(name, 4), 8, 9, head=head, lstm_hidden=6).eval()
+    x = torch.randn(2, 5, len(model.readout.layers), 8)
+    logits = model(x, torch.tensor([5, 3]))
+    assert logits.shape == (2, 5, 9)
+    # The second sentence's words must not depend on its padding (packed BiLSTM).
+    x2 = x.clone()
+    x2[1, 3:] = 100.0
+    assert torch.allclose(model(x2, torch.tensor([5, 3]))[1, :3], logits[1, :3], atol=1e-5)
+
+
+def test_a_readout_learns_a_learnable_rule(tokenizer, cache):
+    """The tiny BERT is random, but its embeddings separate the capitalised names: the
+    BiLSTM readout must beat chance by far on them."""
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                max_position_embeddings=128), add_pooling_layer=False)
+    train = readout.extract_features(bert, tokenizer, tiny_conll(48, seed=0), max_length=32, progress=False)
+    valid = readout.extract_features(bert, tokenizer, tiny_conll(32, seed=1), max_length=32, progress=False)
+    profile = PROFILE.with_(lstm_hidden=16, batch_size=8)
+    result = readout.evaluate_readout(train, valid, "weighted_sum_all", profile, head="bilstm", epochs=10, lr=1e-2,
+                                      device="cpu")
+    assert result.f1 > 90
+    assert result.mix_weights is not None and sum(result.mix_weights) == pytest.approx(1.0)
+    assert len(result.epoch_seconds) == 10
+
+
+def test_encoder_flops_counts_dense_layers():
+    cfg = BertConfig()  # bert-base: 85M parameters in the 12 transformer layers' matrices
+    flops = readout.encoder_flops(cfg, tokens=1, mean_length=0)
+    assert flops == pytest.approx(2 * 12 * (4 * 768**2 + 2 * 768 * 3072))
