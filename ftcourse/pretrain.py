@@ -340,6 +340,18 @@ def export(model, tokenizer, out_dir: Path, stats: dict) -> None:
     (out_dir / "training_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
 
 
+def export_checkpoint(run_dir, out_dir=COURSE_ENCODER_DIR) -> Path:
+    """Export a run's latest checkpoint as a model folder (e.g. to try a run before it ends)."""
+    ck = torch.load(Path(run_dir) / "checkpoint.pt", weights_only=False)
+    tokenizer = load_tokenizer()
+    model = build_model(Shape(**ck["shape"]), tokenizer)
+    model.load_state_dict(ck["model"])
+    stats = {"shape": ck["shape"], "steps": ck["step"], "tokens_seen": ck["tokens_seen"],
+             "wall_seconds": round(ck["elapsed"], 1), "partial": True}
+    export(model, tokenizer, Path(out_dir), stats)
+    return Path(out_dir)
+
+
 def train(args) -> dict:
     torch.set_num_threads(args.threads)
     tokenizer = load_tokenizer()
@@ -458,9 +470,10 @@ def train(args) -> dict:
         "tokens_seen": tokens_seen, "train_tokens": int(len(ids)),
         "epochs": round(tokens_seen / (len(ids) * shape.seq_len / (shape.seq_len - 2)), 2),
         "wall_seconds": round(run_wall, 1), "tokens_per_second": round(tokens_seen / run_wall, 1),
-        "flops_per_step": step_flops, "achieved_flops_per_second": step_flops * step / run_wall,
+        "flops_per_step": step_flops, "flops_per_token": step_flops / tokens_per_step,
+        "achieved_flops_per_second": step_flops / tokens_per_step * tokens_seen / run_wall,
         "matmul_flops_per_second": matmul,
-        "matmul_ratio": round(step_flops * step / run_wall / matmul, 3),
+        "matmul_ratio": round(step_flops / tokens_per_step * tokens_seen / run_wall / matmul, 3),
         "final_loss": history[-1][2] if history else round(loss_v, 4), "loss_history": history,
         "lr": args.lr, "warmup_steps": warmup, "threads": args.threads, "seed": args.seed,
         "command": "python -m ftcourse.pretrain " + " ".join(sys.argv[1:] if args.argv is None
@@ -775,6 +788,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--n-train", type=int, default=1000)
     r.add_argument("--n-eval", type=int, default=500)
 
+    x = sub.add_parser("export", help="export a run's latest checkpoint as a model folder")
+    x.add_argument("--run-dir", default=str(REPO_ROOT / "runs" / "pretrain"))
+    x.add_argument("--out", default=str(COURSE_ENCODER_DIR))
+
     c = sub.add_parser("card", help="measure held-out numbers and write the model card")
     c.add_argument("model_dir", nargs="?", default=str(COURSE_ENCODER_DIR))
     c.add_argument("--corpus")
@@ -795,6 +812,8 @@ def main(argv=None) -> int:
             base = unigram_baseline(args.split, args.n_blocks, args.seed, args.corpus,
                                     seq_len=res_seq_len(args.model_dir))
             print(json.dumps({"model": res, "unigram": base}, indent=2))
+        elif args.command == "export":
+            print(export_checkpoint(args.run_dir, args.out))
         elif args.command == "card":
             torch.set_num_threads(2)
             probe = json.loads(Path(args.probe).read_text()) if args.probe else None
