@@ -39,3 +39,14 @@ HYPERPARAMETERS = {
     "warmup": "linear warmup then linear decay",
     "max_grad_norm": 1.0,
 }
+
+#: The course's storage claims for bert-base-uncased, fp32, MiB = 2**20 bytes, KiB = 2**10:
+#: a 2-label linear head; LoRA r=8 on query and value with its head, per task; how many
+#: times less than a full copy (backbone + head) per task; and 8 tasks on one backbone.
+LORA_BERT_BASE_STORAGE = {
+    "head_kib": 6,
+    "per_task_mib": 1.13,
+    "times_less_than_full_copy": 369,
+    "tasks": 8,
+    "total_mib": 426.7,
+}
