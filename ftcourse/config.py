@@ -44,6 +44,7 @@ class Profile:
     batch_size: int = 32
     epochs: int = 1
     lstm_hidden: int = 256  # BiLSTM hidden size for the feature-based NER head
+    readout_epochs: int = 4  # epochs of a head trained on cached features (lesson 2)
     finetune_lr: float = 2e-5  # the BERT paper's; small encoders on little data want more
     head_lr: float = 1e-3  # a randomly initialised head over frozen features needs bigger steps
     # Siamese training on STS-B (lesson 4); the defaults are Sentence-BERT's: 4 epochs, batch 16.
@@ -51,6 +52,19 @@ class Profile:
     siamese_batch_size: int = 16
     seeds: tuple = (0, 1, 2)
     device: str = "auto"  # "auto" picks cuda when present
+    # What each regime costs (lesson 3): LoRA, and a learning curve on SST-2.
+    lora_rank: int = 8
+    lora_lr: float = 5e-4  # Hu et al. (2021) use 4e-4 .. 5e-4 for RoBERTa-base on GLUE
+    learning_curve_sizes: tuple = (32, 128, 512, 2048)  # SST-2 labelled examples per run
+    learning_curve_seeds: tuple = (0, 1, 2)
+    learning_curve_min_examples: int = 2048  # a small set repeats until a run has seen this many
+    learning_curve_eval_size: int | None = None  # SST-2 dev sentences scored (None = all 872)
+    adapter_train_size: int | None = 2048  # CoNLL-2003 sentences for lesson 3's tagging adapter
+    # The bert-base exercise (solutions/05): an SST-2 subset, every regime, several seeds.
+    exercise_train_size: int | None = 2000  # SST-2 training sentences (None = all)
+    exercise_eval_size: int | None = None  # SST-2 dev sentences (None = all 872)
+    exercise_epochs: int = 3
+    stability_seeds: tuple = (0, 1, 2, 3, 4)  # seeds per regime in the stability runs
 
     def with_(self, **changes) -> "Profile":
         """A copy with some fields changed, e.g. ``profile.with_(epochs=3)``."""
@@ -76,9 +90,20 @@ PROFILES = {
         batch_size=32,
         epochs=1,
         lstm_hidden=128,
+        readout_epochs=3,  # ~ten readouts must train in a minute or two on a CPU
         finetune_lr=1e-4,  # Turc et al. (2019) tune small BERTs with 1e-4 .. 3e-5
+        lora_lr=1e-3,  # a small encoder and few steps: LoRA wants bigger steps than full fine-tuning
+        learning_curve_sizes=(32, 128, 512),  # x 2 seeds x 3 regimes must fit in ~2 CPU minutes
+        learning_curve_seeds=(0, 1),
+        learning_curve_min_examples=256,
+        learning_curve_eval_size=256,
+        adapter_train_size=256,
         siamese_epochs=1,  # 2000 pairs / batch 16: 125 steps per pooling, a minute on a CPU
         seeds=(0, 1, 2),
+        exercise_train_size=400,  # ~15 short runs must fit in a few CPU minutes
+        exercise_eval_size=400,
+        exercise_epochs=2,
+        stability_seeds=(0, 1, 2),
     ),
     "paper": Profile(
         name="paper",
@@ -92,9 +117,24 @@ PROFILES = {
         batch_size=32,
         epochs=3,
         lstm_hidden=768,
+        readout_epochs=5,
         seeds=(0, 1, 2, 3, 4),
     ),
 }
+
+# The offline profile shrunk until whole notebooks run in seconds: for tests and the
+# grader's own tests (``ftcourse grade --profile smoke``). Its numbers mean nothing.
+PROFILES["smoke"] = PROFILES["offline"].with_(
+    name="smoke",
+    description="the offline profile shrunk to seconds, for testing notebooks end to end (numbers mean nothing)",
+    train_sizes={name: 64 for name in PROFILES["offline"].train_sizes},
+    eval_sizes={name: 64 for name in PROFILES["offline"].eval_sizes},
+    max_length=32,
+    exercise_train_size=32,
+    exercise_eval_size=32,
+    exercise_epochs=1,
+    stability_seeds=(0,),
+)
 
 DEFAULT_PROFILE = "offline"
 
