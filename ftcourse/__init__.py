@@ -6,7 +6,7 @@ which role), ``heads`` (task heads over an encoder), ``training`` (the fine-tuni
 """
 
 from .config import Profile, get_profile
-from .setup import setup
+from .setup import seed_everything, setup
 
-__all__ = ["Profile", "get_profile", "setup"]
+__all__ = ["Profile", "get_profile", "seed_everything", "setup"]
 __version__ = "0.1.0"

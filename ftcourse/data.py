@@ -263,3 +263,47 @@ def label_names(dataset: datasets.Dataset, column: str) -> list[str]:
     feature = dataset.features[column]
     feature = getattr(feature, "feature", feature)
     return list(feature.names)
+
+
+def tokenize(dataset: datasets.Dataset, tokenizer, max_length: int, text: str = "sentence",
+             pair: str | None = None, label: str | None = "label") -> datasets.Dataset:
+    """Token ids for a sentence (or sentence-pair) task, ready for ``ftcourse.training``.
+
+    A pair is packed as ``[CLS] a [SEP] b [SEP]`` with token type ids 0 then 1. The label
+    column, if any, is renamed ``labels``; every other column is dropped. No padding here:
+    batches are padded to their own longest sentence when they are made.
+    """
+    missing = [c for c in (text, pair, label) if c and c not in dataset.column_names]
+    if missing:
+        raise ValueError(f"Columns {missing} are not in the dataset (it has {dataset.column_names}).")
+
+    def encode(batch):
+        second = batch[pair] if pair else None
+        return tokenizer(batch[text], second, truncation=True, max_length=max_length)
+
+    encoded = dataset.map(encode, batched=True, remove_columns=[c for c in dataset.column_names if c != label])
+    return encoded.rename_column(label, "labels") if label else encoded
+
+
+def entity_question(tokens: list[str], tags: list[int], kind: str = "ORG"):
+    """Turn a CoNLL-2003 sentence into a span-extraction example: a question asking for
+    its first entity of ``kind``, the sentence as context, and the answer's character span.
+
+    Returns ``(question, context, answer_start, answer_text)``.
+    """
+    kinds = {"PER": "person", "ORG": "organisation", "LOC": "place", "MISC": "name"}
+    if kind not in kinds:
+        raise ValueError(f"Unknown entity kind {kind!r}. Known kinds: {', '.join(kinds)}.")
+    names = [CONLL_LABELS[t] for t in tags]
+    try:
+        first = names.index(f"B-{kind}")
+    except ValueError:
+        raise ValueError(f"The sentence has no {kind} entity.") from None
+    last = first
+    while last + 1 < len(names) and names[last + 1] == f"I-{kind}":
+        last += 1
+    context = " ".join(tokens)
+    answer_start = len(" ".join(tokens[:first])) + (1 if first else 0)
+    answer = " ".join(tokens[first : last + 1])
+    assert context[answer_start : answer_start + len(answer)] == answer
+    return f"Which {kinds[kind]} is mentioned?", context, answer_start, answer

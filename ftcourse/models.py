@@ -69,7 +69,7 @@ def model_source(role: str, profile=None) -> str:
         # Until the course encoder exists, the packaged MiniLM's BERT backbone stands in.
         # It is sentence-tuned, not raw: lessons that contrast raw and tuned say so.
         warnings.warn(
-            f"The course encoder is missing from {config.COURSE_ENCODER_DIR}; using the "
+            f"The course encoder is missing from <repo>/{config.COURSE_ENCODER_DIR.relative_to(config.REPO_ROOT)}; using the "
             "sentence-tuned all-MiniLM-L6-v2 backbone instead. Fix: python -m ftcourse.pretrain",
             stacklevel=2,
         )

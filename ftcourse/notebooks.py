@@ -50,10 +50,9 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         )
         cell.pop("id", None)
         if cell.cell_type == "code":
-            for output in cell.outputs:
-                # Widget views point at state that is not saved; their text fallback stays.
-                data = output.get("data", {})
-                data.pop("application/vnd.jupyter.widget-view+json", None)
+            # A widget (a tqdm bar, a slider) lives in kernel state that is not saved; its
+            # text fallback is a frozen first frame ("0%"), which misleads, so both go.
+            cell.outputs = [o for o in cell.outputs if "application/vnd.jupyter.widget-view+json" not in o.get("data", {})]
     # nbformat 4.4 has no cell ids: random ids would churn every diff.
     nb.nbformat, nb.nbformat_minor = 4, 4
     _renumber(nb)

@@ -95,3 +95,27 @@ def test_subsample_rejects_non_positive():
     assert len(data.subsample(ds, 2)) == 2
     with pytest.raises(ValueError, match="positive"):
         data.subsample(ds, 0)
+
+
+def test_tokenize_packs_pairs_and_renames_labels(tokenizer):
+    import datasets as hf
+
+    ds = hf.Dataset.from_dict({"sentence1": ["a man plays"], "sentence2": ["a woman sings"], "score": [2.5]})
+    encoded = data.tokenize(ds, tokenizer, 32, text="sentence1", pair="sentence2", label="score")
+    assert set(encoded.column_names) == {"labels", "input_ids", "token_type_ids", "attention_mask"}
+    assert encoded[0]["token_type_ids"] == [0] * 5 + [1] * 4
+    with pytest.raises(ValueError, match=r"\['text'\] are not in the dataset"):
+        data.tokenize(ds, tokenizer, 32, text="text")
+
+
+def test_entity_question_finds_the_span():
+    tokens = ["EU", "rejects", "German", "call", "from", "Deutsche", "Bank"]
+    tags = [data.CONLL_LABELS.index(t) for t in ["B-ORG", "O", "B-MISC", "O", "O", "O", "O"]]
+    question, context, start, answer = data.entity_question(tokens, tags, "ORG")
+    assert (question, answer, start) == ("Which organisation is mentioned?", "EU", 0)
+    tags[0] = data.CONLL_LABELS.index("O")
+    tags[5:7] = [data.CONLL_LABELS.index("B-ORG"), data.CONLL_LABELS.index("I-ORG")]
+    _, context, start, answer = data.entity_question(tokens, tags, "ORG")
+    assert answer == "Deutsche Bank" and context[start:start + len(answer)] == answer
+    with pytest.raises(ValueError, match="no PER entity"):
+        data.entity_question(tokens, tags, "PER")
