@@ -1,0 +1,352 @@
+"""Three regimes on the same data and budget: frozen + linear head, LoRA, full fine-tuning.
+
+- ``frozen``: the encoder runs once over the data; its [CLS] states are cached and a
+  linear head is trained on them (``train_linear_probe``). Only the head is stored.
+- ``lora``: LoRA (``ftcourse.lora``) on the attention's query and value, plus the head.
+- ``finetune``: every weight trains (``ftcourse.heads.set_regime(..., "finetune")``).
+
+``run_regime`` trains one regime on one labelled set and measures what the lesson compares:
+dev accuracy, trainable parameters, seconds per epoch, peak memory and bytes to store per
+task. ``learning_curve`` repeats it over labelled-set sizes and seeds.
+
+Budget: a small set is repeated for more epochs, so every run sees at least
+``min_examples`` examples (``epochs_for``): with 32 examples and one epoch, fine-tuning
+would take two optimiser steps, and the curve would measure the step count, not the data.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import datasets
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from . import config, heads, lora, training
+
+REGIMES = ("frozen", "lora", "finetune")
+BATCH_SIZE = 16  # the BERT paper's smaller batch: small labelled sets still get enough steps
+PROBE_STEPS = 300  # full-batch steps of the linear probe: it converges, and costs milliseconds
+PROBE_LR = 1e-2
+PROBE_WEIGHT_DECAY = 1e-2
+FEATURES_FORMAT = 1  # bump when the cached file layout changes
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def tokenize_sentences(dataset: datasets.Dataset, tokenizer, max_length: int) -> datasets.Dataset:
+    """SST-2 rows (``sentence``, ``label``) as token ids and ``labels`` for ``training``."""
+    encoded = dataset.map(lambda b: tokenizer(b["sentence"], truncation=True, max_length=max_length),
+                          batched=True, remove_columns=["sentence"])
+    return encoded.rename_column("label", "labels")
+
+
+def tokenize_tags(dataset: datasets.Dataset, tokenizer, max_length: int) -> datasets.Dataset:
+    """CoNLL-2003 rows (``tokens``, ``ner_tags``) as token ids with labels on first subtokens."""
+    columns = dataset.select_columns(["tokens", "ner_tags"]).to_dict()
+    encoded = heads.tokenize_for_tagging(tokenizer, columns["tokens"], columns["ner_tags"], max_length)
+    return datasets.Dataset.from_dict(dict(encoded))
+
+
+def epochs_for(size: int, min_examples: int, epochs: int = 1) -> int:
+    """Epochs so a run over ``size`` examples sees at least ``min_examples`` (and ``epochs``)."""
+    if size < 1:
+        raise ValueError(f"size must be at least 1, got {size}.")
+    return max(epochs, math.ceil(min_examples / size))
+
+
+# ----------------------------------------------------------------------------- frozen features
+
+
+@torch.inference_mode()
+def cls_features(encoder: nn.Module, data: datasets.Dataset, batch_size: int = 128) -> torch.Tensor:
+    """The final [CLS] state of every example, in the dataset's order: (n, hidden)."""
+    encoder.eval()
+    loader = training.make_loader(data.remove_columns([c for c in ("labels",) if c in data.column_names]),
+                                  batch_size, shuffle=False)
+    order = [i for batch in loader.batch_sampler for i in batch]
+    states = torch.cat([encoder(**batch).last_hidden_state[:, 0].float() for batch in loader])
+    return states[torch.argsort(torch.as_tensor(order))]
+
+
+def cached_cls_features(encoder: nn.Module, data: datasets.Dataset, name: str) -> tuple[torch.Tensor, float]:
+    """``cls_features``, kept under ``cache_dir()/lesson3`` in a file named by a hash of the
+    encoder's weights (``lora.backbone_fingerprint``) and the token ids: another encoder,
+    tokenizer, max_length or subset gives another file, so a cache is never stale. Delete
+    the folder to rebuild. Returns the features and the seconds the extraction took
+    (measured when it ran; 0.0 when read from the cache)."""
+    from safetensors.torch import load_file, save_file
+
+    digest = hashlib.sha256(f"{FEATURES_FORMAT}|{lora.backbone_fingerprint(encoder)}".encode())
+    for ids in data["input_ids"]:
+        digest.update(bytes(str(ids), "ascii"))
+    path = config.cache_dir() / "lesson3" / f"{name}-cls-{digest.hexdigest()[:16]}.safetensors"
+    if path.is_file():
+        return load_file(path)["features"], 0.0
+    start = time.perf_counter()
+    features = cls_features(encoder, data)
+    seconds = time.perf_counter() - start
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"features": features.contiguous()}, path)
+    return features, seconds
+
+
+def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_labels: int = 2, seed: int = 0,
+                       steps: int = PROBE_STEPS, lr: float = PROBE_LR,
+                       weight_decay: float = PROBE_WEIGHT_DECAY) -> tuple[nn.Linear, float]:
+    """A linear head on frozen features, trained full-batch with AdamW on standardised
+    features (raw [CLS] dimensions differ in scale by orders of magnitude). The
+    standardisation is then folded into the weights, so what is returned, and stored, is a
+    plain ``nn.Linear`` over the raw features. Returns it and the seconds per epoch (one
+    full-batch step is one epoch)."""
+    torch.manual_seed(seed)
+    mean, std = features.mean(0), features.std(0).clamp_min(1e-6)
+    x = (features - mean) / std
+    probe = nn.Linear(features.shape[1], num_labels)
+    optimizer = torch.optim.AdamW(probe.parameters(), lr=lr, weight_decay=weight_decay)
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = nn.functional.cross_entropy(probe(x), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    seconds = (time.perf_counter() - start) / steps
+    with torch.no_grad():  # W (x - m) / s + b  ==  (W / s) x + (b - W m / s)
+        probe.weight /= std
+        probe.bias -= probe.weight @ mean
+    return probe, seconds
+
+
+# ----------------------------------------------------------------------------- one run
+
+
+@dataclass
+class RegimeResult:
+    regime: str
+    train_size: int
+    seed: int
+    epochs: int
+    accuracy: float
+    trainable: int  # parameters trained
+    seconds_per_epoch: float
+    peak_memory_bytes: int
+    bytes_per_task: int  # what must be stored for this task beyond a shared backbone
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _dev_accuracy(model, dev) -> float:
+    logits, labels = training.predict(model, dev)
+    return training.accuracy(logits, labels)["accuracy"]
+
+
+def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: datasets.Dataset, profile=None,
+               seed: int = 0, epochs: int = 1, train_features=None, dev_features=None, rank: int | None = None,
+               keep_model: bool = False):
+    """Train ``regime`` on ``train`` (tokenised SST-2) and score it on ``dev``.
+
+    ``encoder`` is never modified (LoRA and fine-tuning train a copy). For ``frozen``, pass
+    the cached [CLS] features of ``train`` and ``dev``. Returns a ``RegimeResult``, and the
+    trained model too when ``keep_model``.
+    """
+    if regime not in REGIMES:
+        raise ValueError(f"Unknown regime {regime!r}. Known regimes: {', '.join(REGIMES)}.")
+    profile = config.get_profile(profile)
+    hidden = encoder.config.hidden_size
+    labels = torch.as_tensor(train["labels"])
+    if regime == "frozen":
+        if train_features is None or dev_features is None:
+            raise ValueError("The frozen regime trains on cached features: pass train_features and dev_features "
+                             "(see cached_cls_features).")
+        with training.peak_memory() as peak:
+            probe, seconds = train_linear_probe(train_features, labels, seed=seed)
+        with torch.no_grad():
+            predictions = probe(dev_features).argmax(-1)
+        accuracy = (predictions == torch.as_tensor(dev["labels"])).float().mean().item()
+        trainable = heads.count_parameters(probe)["trainable"]
+        result = RegimeResult(regime, len(train), seed, 1, accuracy, trainable, seconds, peak["bytes"],
+                              4 * trainable)
+        return (result, probe) if keep_model else result
+
+    torch.manual_seed(seed)  # the head's initialisation follows the seed
+    backbone = copy.deepcopy(encoder)
+    head = heads.SentenceClassifier(hidden, 2)
+    if regime == "lora":
+        model = lora.lora_task_model(backbone, head, rank=rank or profile.lora_rank)
+        lr = profile.lora_lr
+    else:
+        model = heads.set_regime(heads.TaskModel(backbone, head), "finetune")
+        lr = profile.finetune_lr
+    settings = training.TrainConfig(lr=lr, head_lr=profile.head_lr, epochs=epochs, batch_size=BATCH_SIZE,
+                                    seed=seed, progress=False)
+    with training.peak_memory() as peak:
+        history = training.train(model, train, settings)
+    counts = heads.count_parameters(model)
+    stored = counts["trainable"] if regime == "lora" else counts["total"]
+    result = RegimeResult(regime, len(train), seed, epochs, _dev_accuracy(model, dev), counts["trainable"],
+                          history.seconds_per_epoch, peak["bytes"], 4 * stored)
+    return (result, model) if keep_model else result
+
+
+# ----------------------------------------------------------------------------- the curve
+
+
+def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dataset, sizes, seeds,
+                   profile=None, min_examples: int = 0, regimes=REGIMES, name: str = "sst2",
+                   keep: tuple | None = None):
+    """``run_regime`` for every regime, labelled-set size and seed. A set of size ``n`` for
+    seed ``s`` is ``n`` examples drawn from ``pool`` with seed ``s`` (the whole pool when
+    ``n`` is its size). Features for the frozen regime are extracted once for the pool.
+
+    ``keep=(size, seed)``: also return the trained models of that run, by regime.
+    Returns ``(results, kept_models)``."""
+    profile = config.get_profile(profile)
+    sizes = sorted(sizes)
+    if sizes[-1] > len(pool):
+        raise ValueError(f"The largest size {sizes[-1]} exceeds the pool of {len(pool)} examples.")
+    pool_features = dev_features = None
+    if "frozen" in regimes:
+        pool_features, _ = cached_cls_features(encoder, pool, f"{name}-train")
+        dev_features, _ = cached_cls_features(encoder, dev, f"{name}-dev")
+    results, kept = [], {}
+    runs = [(size, seed, regime) for size in sizes for seed in seeds for regime in regimes]
+    for size, seed, regime in tqdm(runs, desc="learning curve"):
+        indices = (list(range(len(pool))) if size == len(pool)
+                   else torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:size].tolist())
+        train = pool.select(indices)
+        features = pool_features[indices] if pool_features is not None else None
+        result, model = run_regime(regime, encoder, train, dev, profile, seed=seed,
+                                   epochs=epochs_for(size, min_examples, profile.epochs),
+                                   train_features=features, dev_features=dev_features, keep_model=True)
+        results.append(result)
+        if keep == (size, seed):
+            kept[regime] = model
+    return results, kept
+
+
+def summarize(results) -> dict:
+    """(regime, size) -> {"mean", "std", "n"} of dev accuracy over seeds."""
+    groups: dict = {}
+    for r in results:
+        groups.setdefault((r.regime, r.train_size), []).append(r.accuracy)
+    summary = {}
+    for key, values in groups.items():
+        t = torch.tensor(values)
+        summary[key] = {"mean": t.mean().item(), "std": t.std().item() if len(values) > 1 else 0.0,
+                        "n": len(values)}
+    return summary
+
+
+def best_regime_by_size(summary: dict) -> dict:
+    """size -> the regime with the highest mean dev accuracy."""
+    best: dict = {}
+    for (regime, size), stats in sorted(summary.items(), key=lambda kv: kv[0][1]):
+        if size not in best or stats["mean"] > summary[(best[size], size)]["mean"]:
+            best[size] = regime
+    return best
+
+
+def crossover(summary: dict, low: str = "frozen", high: str = "finetune") -> int | None:
+    """The smallest size from which ``high`` beats ``low`` at every larger size too
+    (``None`` if it never does)."""
+    sizes = sorted({size for (regime, size) in summary if regime in (low, high)})
+    winning = [summary[(high, s)]["mean"] > summary[(low, s)]["mean"] for s in sizes]
+    for i, size in enumerate(sizes):
+        if all(winning[i:]):
+            return size
+    return None
+
+
+def plot_learning_curve(summary: dict, ax=None):
+    """Mean dev accuracy against labelled-set size (log scale), one line per regime, with a
+    band of one standard deviation over seeds."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    for regime in REGIMES:
+        points = sorted((size, s) for (r, size), s in summary.items() if r == regime)
+        if not points:
+            continue
+        sizes = [p[0] for p in points]
+        mean = torch.tensor([p[1]["mean"] for p in points])
+        std = torch.tensor([p[1]["std"] for p in points])
+        ax.plot(sizes, mean, marker="o", label=regime)
+        ax.fill_between(sizes, mean - std, mean + std, alpha=0.2)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("labelled training examples (log scale)")
+    ax.set_ylabel("dev accuracy")
+    ax.set_title("Which regime wins depends on how much labelled data there is")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def regime_table(results) -> str:
+    """The side-by-side table: accuracy, trainable parameters, time per epoch, peak memory
+    and bytes to store per task, one row per regime."""
+    from .costs import MIB, format_bytes
+
+    header = (f"{'regime':<10}{'examples':>9}{'epochs':>7}{'accuracy':>10}{'trainable':>13}"
+              f"{'s/epoch':>9}{'peak mem':>11}{'stored/task':>13}")
+    lines = [header, "-" * len(header)]
+    for r in results:
+        lines.append(f"{r.regime:<10}{r.train_size:>9}{r.epochs:>7}{r.accuracy:>10.3f}{r.trainable:>13,}"
+                     f"{r.seconds_per_epoch:>9.3f}{r.peak_memory_bytes / MIB:>7.0f} MiB"
+                     f"{format_bytes(r.bytes_per_task):>13}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- tagging
+
+
+def train_lora_tagger(encoder: nn.Module, train: datasets.Dataset, profile=None, num_labels: int = 9,
+                      seed: int = 0, epochs: int | None = None) -> heads.TaskModel:
+    """A LoRA token tagger (``TokenTagger`` head) trained on tokenised CoNLL-2003 rows, on a
+    copy of ``encoder``: the second task of the lesson's one-backbone server."""
+    profile = config.get_profile(profile)
+    torch.manual_seed(seed)
+    model = lora.lora_task_model(copy.deepcopy(encoder), heads.TokenTagger(encoder.config.hidden_size, num_labels),
+                                 rank=profile.lora_rank)
+    settings = training.TrainConfig(lr=profile.lora_lr, head_lr=profile.head_lr, batch_size=BATCH_SIZE, seed=seed,
+                                    epochs=epochs or epochs_for(len(train), profile.learning_curve_min_examples,
+                                                                profile.epochs), progress=False)
+    training.train(model, train, settings)
+    return model.eval()
+
+
+def _tags(logits, labels, names):
+    keep = labels != heads.IGNORE_INDEX
+    return [names[i] for i in logits[keep].argmax(-1).tolist()], [names[i] for i in labels[keep].tolist()]
+
+
+def entity_f1(model, data: datasets.Dataset, names=None) -> float:
+    """Entity-level F1 (seqeval) of a token tagger on tokenised CoNLL-2003 rows."""
+    from seqeval.metrics import f1_score
+
+    from .data import CONLL_LABELS
+
+    names = names or CONLL_LABELS
+    logits, labels = training.predict(model, data)
+    pairs = [_tags(lg, lb, names) for lg, lb in zip(logits, labels)]
+    return f1_score([gold for _, gold in pairs], [predicted for predicted, _ in pairs])
+
+
+@torch.inference_mode()
+def tag_words(model, tokenizer, words: list[str], names=None) -> list[tuple[str, str]]:
+    """(word, predicted tag) for one pre-split sentence, read on each word's first subtoken."""
+    from .data import CONLL_LABELS
+
+    names = names or CONLL_LABELS
+    encoded = heads.tokenize_for_tagging(tokenizer, [words], [[0] * len(words)])
+    inputs = {k: torch.tensor(v) for k, v in encoded.items() if k != "labels"}
+    logits = model(**inputs)["logits"][0]
+    predicted, _ = _tags(logits, torch.tensor(encoded["labels"][0]), names)
+    return list(zip(words, predicted))
