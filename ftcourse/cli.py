@@ -28,6 +28,14 @@ def _grade(args) -> int:
     except grading.GradingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.profile:
+        from .config import ConfigError, get_profile
+
+        try:
+            get_profile(args.profile)
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     env = {"FTCOURSE_PROFILE": args.profile} if args.profile else {}
     results = []
     for path, exercise in exercises.items():
@@ -47,7 +55,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ftcourse", description="The course's command line.")
     sub = parser.add_subparsers(dest="command", required=True)
     grade = sub.add_parser("grade", help="run and check submitted exercise notebooks",
-                           description=__doc__.split("\n\n")[1].replace("\n", " "))
+                           description=__doc__.split("\n\n")[1].replace("\n", " ").replace("``", ""))
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION.ipynb")
     grade.add_argument("--exercise", help="which exercise (default: from the file name)")
     grade.add_argument("--timeout", type=float, default=900, help="seconds per notebook (default 900)")

@@ -100,8 +100,8 @@ PROFILES = {
         adapter_train_size=256,
         siamese_epochs=1,  # 2000 pairs / batch 16: 125 steps per pooling, a minute on a CPU
         seeds=(0, 1, 2),
-        exercise_train_size=400,  # ~15 short runs must fit in a few CPU minutes
-        exercise_eval_size=400,
+        exercise_train_size=256,  # ~15 short runs must fit in a few CPU minutes
+        exercise_eval_size=256,
         exercise_epochs=2,
         stability_seeds=(0, 1, 2),
     ),

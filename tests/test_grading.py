@@ -27,9 +27,10 @@ def write(tmp_path, name, *sources):
 
 
 def test_checks_run_in_the_notebooks_kernel_and_the_submission_is_untouched(tmp_path):
-    path = write(tmp_path, "toy.ipynb", "x = 1", "y = 3", "def z():\n    raise NotImplementedError()")
+    path = write(tmp_path, "toy.ipynb", "import os\nx = int(os.environ['FTCOURSE_GRADING_TEST'])", "y = 3",
+                 "def z():\n    raise NotImplementedError()")
     before = grading.sha256(path)
-    result = grading.grade(path, TOY, timeout=120)
+    result = grading.grade(path, TOY, timeout=120, env={"FTCOURSE_GRADING_TEST": "1"})  # env reaches the kernel
     assert grading.sha256(path) == before == result.sha256
     assert result.status == "ok" and result.failing_cell is None
     assert [(c.part, c.passed) for c in result.checks] == [("x", True), ("y", False), ("z", False)]
@@ -81,6 +82,8 @@ def test_command_line_usage_errors_and_an_unreadable_submission(tmp_path, capsys
     broken.write_text("not json")
     assert cli.main(["grade", str(broken), "--exercise", "nope"]) == 2
     assert "Known exercises: 05_exercise_bert_base" in capsys.readouterr().err
+    assert cli.main(["grade", str(broken), "--profile", "nope"]) == 2
+    assert "Known profiles" in capsys.readouterr().err
     report = tmp_path / "report.json"
     assert cli.main(["grade", str(broken), "--report", str(report)]) == 1
     assert json.loads(report.read_text())["submissions"][0]["status"] == "unreadable"
