@@ -31,7 +31,7 @@ import math
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -502,15 +502,16 @@ class ReadoutResult:
 def train_readout(train: WordFeatures, name: str, profile=None, *, head: str = "bilstm", epochs: int | None = None,
                   lr: float | None = None, batch_size: int | None = None, seed: int = 0, device: str | None = None,
                   progress: bool = False) -> tuple[FeatureTagger, list]:
-    """Train a fresh head on cached features through readout ``name``: Adam, the profile's
-    ``head_lr``, ``readout_epochs`` and ``batch_size``. Returns the model and epoch times."""
+    """Train a fresh head on cached features through readout ``name``: Adam with the profile's
+    ``readout_lr`` (BiLSTM) or ``probe_lr`` (linear), ``readout_epochs`` and ``batch_size``.
+    Returns the model and the seconds each epoch took."""
     profile = config.get_profile(profile)
     readout = resolve_readout(name, train.num_layers)
     device = device or models.pick_device(profile)
     torch.manual_seed(seed)  # the head's initialisation, dropout and batch order
     model = FeatureTagger(readout, train.hidden_size, len(train.label_names), head=head,
                           lstm_hidden=profile.lstm_hidden).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr or profile.head_lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr or (profile.readout_lr if head == "bilstm" else profile.probe_lr))
     data = _Batches(train, readout, device)
     with few_threads_on_cpu(device):
         epoch_seconds = _fit(model, data, optimizer, epochs or profile.readout_epochs,
@@ -589,14 +590,18 @@ def evaluate_readout(train: WordFeatures, validation: WordFeatures, name: str, p
 
 def evaluate_readouts(train: WordFeatures, validation: WordFeatures, names, profile=None, *,
                       head: str = "bilstm", seed: int = 0, progress: bool = True) -> dict:
-    """``evaluate_readout`` for each name (checked up front, so a typo fails before any training)."""
-    for name in names:
-        resolve_readout(name, train.num_layers)
-    results = {}
+    """``evaluate_readout`` for each name. Names are checked up front, so a typo fails before
+    any training; names for the same layers (``last`` and ``layer_6`` of a 6-layer encoder)
+    are trained once and share the result."""
+    resolved = {name: resolve_readout(name, train.num_layers) for name in names}
+    results, trained = {}, {}
     bar = tqdm(names, desc=f"readouts ({head})", disable=not progress)
     for name in bar:
         bar.set_postfix(readout=name)
-        results[name] = evaluate_readout(train, validation, name, profile, head=head, seed=seed)
+        same = (resolved[name].layers, resolved[name].combine)
+        if same not in trained:
+            trained[same] = evaluate_readout(train, validation, name, profile, head=head, seed=seed)
+        results[name] = replace(trained[same], readout=name)
     return results
 
 

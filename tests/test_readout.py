@@ -202,3 +202,15 @@ def test_encoder_flops_counts_dense_layers():
     cfg = BertConfig()  # bert-base: 85M parameters in the 12 transformer layers' matrices
     flops = readout.encoder_flops(cfg, tokens=1, mean_length=0)
     assert flops == pytest.approx(2 * 12 * (4 * 768**2 + 2 * 768 * 3072))
+
+
+def test_readouts_for_the_same_layers_train_once(tiny_bert, tokenizer):
+    features = readout.extract_features(tiny_bert, tokenizer, tiny_conll(), max_length=64, progress=False)
+    profile = PROFILE.with_(readout_epochs=1)
+    results = readout.evaluate_readouts(features, features, ["last", "layer_2", "embeddings"], profile,
+                                        head="linear", progress=False)
+    assert results["layer_2"].readout == "layer_2" and results["last"].readout == "last"
+    assert results["layer_2"].model is results["last"].model  # one training, two names
+    assert results["embeddings"].model is not results["last"].model
+    with pytest.raises(readout.UnknownReadoutError):
+        readout.evaluate_readouts(features, features, ["last", "lastt"], profile, head="linear", progress=False)
