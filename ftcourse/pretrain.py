@@ -341,13 +341,42 @@ def export(model, tokenizer, out_dir: Path, stats: dict) -> None:
 
 
 def export_checkpoint(run_dir, out_dir=COURSE_ENCODER_DIR) -> Path:
-    """Export a run's latest checkpoint as a model folder (e.g. to try a run before it ends)."""
+    """Export a run's latest checkpoint as a model folder, with the stats known so far.
+
+    For a run that was stopped before the end of its schedule: the model card then says
+    how far it got, and ``train --resume`` can still finish it later.
+    """
     ck = torch.load(Path(run_dir) / "checkpoint.pt", weights_only=False)
-    tokenizer = load_tokenizer()
-    model = build_model(Shape(**ck["shape"]), tokenizer)
+    args, tokenizer = ck["args"], load_tokenizer()
+    shape = Shape(**ck["shape"])
+    model = build_model(shape, tokenizer)
     model.load_state_dict(ck["model"])
-    stats = {"shape": ck["shape"], "steps": ck["step"], "tokens_seen": ck["tokens_seen"],
-             "wall_seconds": round(ck["elapsed"], 1), "partial": True}
+    tokens_per_step = args["batch_size"] * shape.seq_len
+    batch = torch.from_numpy(
+        pack(token_ids("train", args["corpus"], tokenizer), shape.seq_len,
+             tokenizer.cls_token_id, tokenizer.sep_token_id)[: args["batch_size"]].astype(np.int64))
+    flops_per_token = flops_per_step(model, batch, tokenizer) / tokens_per_step
+    matmul = max(ck.get("matmul", 0.0), measure_matmul_flops())
+    wall, seen = ck["elapsed"], ck["tokens_seen"]
+    budget = args["max_minutes"] * 60 if args.get("max_minutes") and not ck["total_steps"] else None
+    stats = {
+        "shape": ck["shape"], "params": count_params(model), "steps": ck["step"],
+        "batch_size": args["batch_size"], "tokens_seen": seen,
+        "train_tokens": int(len(token_ids("train", args["corpus"], tokenizer))),
+        "wall_seconds": round(wall, 1), "tokens_per_second": round(seen / wall, 1),
+        "flops_per_step": flops_per_token * tokens_per_step, "flops_per_token": flops_per_token,
+        "achieved_flops_per_second": flops_per_token * seen / wall,
+        "matmul_flops_per_second": matmul,
+        "matmul_ratio": round(flops_per_token * seen / wall / matmul, 3),
+        "final_loss": ck["history"][-1][-1] if ck["history"] else None,
+        "loss_history": ck["history"], "lr": args["lr"], "warmup_steps": args["warmup_steps"],
+        "threads": args["threads"], "seed": args["seed"],
+        "schedule_done": round(wall / budget, 3) if budget else round(ck["step"] / ck["total_steps"], 3),
+        "command": "python -m ftcourse.pretrain train --max-minutes "
+                   f"{args['max_minutes']} --resume",
+        "partial": True,
+    }
+    stats["epochs"] = round(seen / (stats["train_tokens"] * shape.seq_len / (shape.seq_len - 2)), 3)
     export(model, tokenizer, Path(out_dir), stats)
     return Path(out_dir)
 
@@ -646,7 +675,7 @@ def probe_ner(model_dir=COURSE_ENCODER_DIR, data=None, n_train: int = 1000, n_ev
 
 
 def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, search=None,
-                     seed: int = 0) -> str:
+                     seed: int = 0, notes: str = "") -> str:
     """Measure the held-out numbers and write ``model_dir/README.md`` from them.
 
     ``probe``: the output of :func:`probe_ner` (optional); ``search``: a list of shape-search
@@ -666,6 +695,7 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
         "It is the *raw* encoder of the offline profile: no sentence or task training at all, "
         "so that each lesson can show what adaptation adds. It knows frequent English patterns, "
         "not the world: expect grammar and function words, not facts.", "",
+        *([notes, ""] if notes else []),
         "## Architecture", "",
         f"`BertForMaskedLM`, {sh['layers']} layers, hidden {sh['hidden']}, {sh['heads']} heads, "
         f"feed-forward {sh['intermediate']}, at most {sh['seq_len']} positions, "
@@ -797,6 +827,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--corpus")
     c.add_argument("--probe", help="JSON file with probe_ner's output")
     c.add_argument("--search", help="JSON-lines file of shape-search records")
+    c.add_argument("--notes", help="Markdown file: a status paragraph put under the title")
     return p
 
 
@@ -819,7 +850,8 @@ def main(argv=None) -> int:
             probe = json.loads(Path(args.probe).read_text()) if args.probe else None
             search = ([json.loads(x) for x in Path(args.search).read_text().splitlines() if x]
                       if args.search else None)
-            print(write_model_card(args.model_dir, args.corpus, probe, search))
+            notes = Path(args.notes).read_text().strip() if args.notes else ""
+            print(write_model_card(args.model_dir, args.corpus, probe, search, notes=notes))
         elif args.command == "probe":
             print(json.dumps(probe_ner(args.model_dir, args.data, args.n_train, args.n_eval), indent=2))
     except ConfigError as err:
