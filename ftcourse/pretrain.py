@@ -675,7 +675,7 @@ def probe_ner(model_dir=COURSE_ENCODER_DIR, data=None, n_train: int = 1000, n_ev
 
 
 def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, search=None,
-                     seed: int = 0, notes: str = "") -> str:
+                     seed: int = 0, notes: str = "", n_blocks: "int | None" = 512) -> str:
     """Measure the held-out numbers and write ``model_dir/README.md`` from them.
 
     ``probe``: the output of :func:`probe_ner` (optional); ``search``: a list of shape-search
@@ -684,9 +684,11 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
     model_dir = Path(model_dir)
     st = json.loads((model_dir / "training_stats.json").read_text())
     sh, params = st["shape"], st["params"]
-    res = evaluate_mlm(model_dir, "test", None, seed, corpus)
-    base = unigram_baseline("test", None, seed, corpus, seq_len=sh["seq_len"])
+    res = evaluate_mlm(model_dir, "test", n_blocks, seed, corpus)
+    base = unigram_baseline("test", n_blocks, seed, corpus, seq_len=sh["seq_len"])
     size_mb = (model_dir / "model.safetensors").stat().st_size / 1e6
+    sample = ("every packed test block" if n_blocks is None else
+              f"{n_blocks} packed test blocks of {sh['seq_len']} tokens (seeded sample)")
     lines = [
         "---", "language: en", "library_name: transformers", "pipeline_tag: fill-mask",
         "datasets: [wikitext]", "---", "",
@@ -730,7 +732,8 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
         "Retrain (resumable: rerun with `--resume` after a stop):", "",
         "```bash", f"FTCOURSE_CORPUS=/path/to/folder-with-wikitext-2-raw {st['command']}", "```", "",
         "## Held-out evaluation (WikiText-2 test)", "",
-        f"`ftcourse.pretrain.evaluate_mlm(split=\"test\", seed={seed})`: every packed test block, "
+        f"`ftcourse.pretrain.evaluate_mlm(split=\"test\", n_blocks={n_blocks}, seed={seed})`: "
+        f"{sample}, "
         "15% of its tokens replaced by [MASK] (fixed seed), top-1 accuracy and perplexity over "
         f"those {res['masked_tokens']:,} positions. The unigram baseline "
         "(`unigram_baseline`) knows only training-set token frequencies: it always guesses "
@@ -825,6 +828,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("card", help="measure held-out numbers and write the model card")
     c.add_argument("model_dir", nargs="?", default=str(COURSE_ENCODER_DIR))
     c.add_argument("--corpus")
+    c.add_argument("--n-blocks", type=int, default=512, help="test blocks to score (0 = all)")
     c.add_argument("--probe", help="JSON file with probe_ner's output")
     c.add_argument("--search", help="JSON-lines file of shape-search records")
     c.add_argument("--notes", help="Markdown file: a status paragraph put under the title")
@@ -851,7 +855,8 @@ def main(argv=None) -> int:
             search = ([json.loads(x) for x in Path(args.search).read_text().splitlines() if x]
                       if args.search else None)
             notes = Path(args.notes).read_text().strip() if args.notes else ""
-            print(write_model_card(args.model_dir, args.corpus, probe, search, notes=notes))
+            print(write_model_card(args.model_dir, args.corpus, probe, search, notes=notes,
+                                   n_blocks=args.n_blocks or None))
         elif args.command == "probe":
             print(json.dumps(probe_ner(args.model_dir, args.data, args.n_train, args.n_eval), indent=2))
     except ConfigError as err:
