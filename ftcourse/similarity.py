@@ -225,9 +225,10 @@ def evaluate_encoder(model, tokenizer, sentences1, sentences2, scores, poolings=
 
 # ----------------------------------------------------------------------------- GloVe
 
-# Lowercased words, with clitics split off as GloVe's own tokenizer does ("woman's" ->
-# "woman", "'s"). Punctuation is dropped: a "." in every sentence only adds a shared vector.
-WORD_PATTERN = re.compile(r"\w+|'\w+")
+# Lowercased words, with clitics split off as GloVe's own (Penn Treebank style) tokenizer
+# did: "woman's" -> "woman", "'s"; "don't" -> "do", "n't". Punctuation is dropped: a "." in
+# every sentence would only add one shared vector to all of them.
+WORD_PATTERN = re.compile(r"\w+(?=n't)|n't|'\w+|\w+")
 
 
 def glove_tokenize(sentence: str) -> list[str]:

@@ -81,6 +81,11 @@ def test_evaluate_encoder_scores_every_pooling(tiny_bert):
     assert all(-100 <= v <= 100 for key, v in result.items() if key != ("cls", 0))
 
 
+def test_glove_tokenize_splits_clitics_like_glove():
+    assert similarity.glove_tokenize("The woman's dog DOESN'T bark, ok?") == [
+        "the", "woman", "'s", "dog", "does", "n't", "bark", "ok"]
+
+
 def test_glove_average_and_oov_report():
     vectors = similarity.WordVectors(
         index={"the": 0, "cat": 1, "'s": 2},
