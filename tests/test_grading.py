@@ -49,7 +49,7 @@ def test_an_error_is_reported_with_its_cell_and_later_cells_still_run(tmp_path):
     assert "first failing cell: 2" in grading.details(result)
 
 
-def test_a_timeout_and_an_unreadable_file_are_reported_not_raised(tmp_path):
+def test_a_timeout_a_dead_kernel_and_an_unreadable_file_are_reported_not_raised(tmp_path):
     slow = write(tmp_path, "slow.ipynb", "x = 1", "import time\ntime.sleep(60)", "y = 2")
     result = grading.grade(slow, TOY, timeout=8)
     assert result.status == "timeout"
@@ -57,6 +57,11 @@ def test_a_timeout_and_an_unreadable_file_are_reported_not_raised(tmp_path):
     assert result.parts() == {"x": False, "y": False, "z": False}
     assert all(c.message == "the notebook timed out" for c in result.checks)
     assert result.seconds < 60
+
+    dies = write(tmp_path, "dies.ipynb", "x = 1", "import os\nos._exit(1)", "y = 2")
+    result = grading.grade(dies, TOY, timeout=60)
+    assert result.status == "kernel died" and result.failing_cell.cell == 2
+    assert not any(result.parts().values())
 
     broken = tmp_path / "broken.ipynb"
     broken.write_text("{ this is not a notebook")
