@@ -20,6 +20,7 @@ of the figures this module reproduces).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -99,7 +100,8 @@ def lora_sequence_classifier(config=None, rank: int = 8, targets: Sequence[str] 
 
     from .lora import add_lora
 
-    config = _config(config).__class__(**{**_config(config).to_dict(), "num_labels": num_labels})
+    config = copy.deepcopy(_config(config))
+    config.num_labels = num_labels
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)
     return add_lora(model, rank=rank, targets=targets, alpha=alpha, task_type=TaskType.SEQ_CLS)
