@@ -15,7 +15,6 @@ export FTCOURSE_DATA   ?= $(if $(wildcard $(SHARED)/datasets),$(SHARED)/datasets
 export FTCOURSE_CORPUS ?= $(if $(wildcard $(SHARED)/corpus),$(SHARED)/corpus,)
 export FTCOURSE_PROFILE ?= offline
 export TOKENIZERS_PARALLELISM := false
-export MPLBACKEND := Agg
 
 NOTEBOOKS := notebooks solutions
 

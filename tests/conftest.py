@@ -6,7 +6,6 @@ import pytest
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("MPLBACKEND", "Agg")
 if not os.environ.get("FTCOURSE_DATA") and (SHARED / "datasets").is_dir():
     os.environ["FTCOURSE_DATA"] = str(SHARED / "datasets")
 if not os.environ.get("FTCOURSE_CORPUS") and (SHARED / "corpus").is_dir():
