@@ -50,6 +50,14 @@ def course_encoder_available() -> bool:
     return (config.COURSE_ENCODER_DIR / "config.json").is_file()
 
 
+def course_encoder_stats() -> dict | None:
+    """What ``ftcourse.pretrain`` recorded about the course encoder (steps, tokens, status)."""
+    import json
+
+    path = config.COURSE_ENCODER_DIR / "training_stats.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def model_source(role: str, profile=None) -> str:
     """The hub id or local folder that plays ``role`` in ``profile``."""
     if role not in ROLES:
