@@ -83,13 +83,16 @@ def synchronize() -> None:
 
 @contextmanager
 def stopwatch():
-    """``with stopwatch() as t: ...`` then ``t["seconds"]``, with the GPU's queue drained."""
-    result = {"seconds": float("nan")}
+    """``with stopwatch() as t: ...`` then ``t["seconds"]`` (wall) and ``t["cpu_seconds"]``
+    (this process's CPU time, which a shared machine's load stretches much less), with the
+    GPU's queue drained."""
+    result = {"seconds": float("nan"), "cpu_seconds": float("nan")}
     synchronize()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     yield result
     synchronize()
     result["seconds"] = time.perf_counter() - start
+    result["cpu_seconds"] = time.process_time() - cpu_start
 
 
 def sst2_subset(train_size: int = 1000, max_length: int = 64, seed: int = 0):
