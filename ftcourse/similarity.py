@@ -536,16 +536,18 @@ def plot_similarity_heatmaps(sentences, matrices: dict):
     import matplotlib.pyplot as plt
 
     sentences = check_sentences(sentences)
-    fig, axes = plt.subplots(1, len(matrices), figsize=(5.2 * len(matrices), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(matrices), figsize=(4.2 * len(matrices) + 2.5, 4.2), squeeze=False)
     labels = [s if len(s) <= 32 else s[:30] + "..." for s in sentences]
-    for ax, (name, matrix) in zip(axes[0], matrices.items()):
+    for panel, (ax, (name, matrix)) in enumerate(zip(axes[0], matrices.items())):
         matrix = np.asarray(matrix)
         image = ax.imshow(matrix, vmin=-1, vmax=1, cmap="RdBu_r")
         for i in range(len(sentences)):
             for j in range(len(sentences)):
                 ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
         ax.set_xticks(range(len(sentences)), range(1, len(sentences) + 1))
-        ax.set_yticks(range(len(sentences)), [f"{i}. {label}" for i, label in enumerate(labels, 1)], fontsize=8)
+        # Sentences label the first panel's rows; the others share its numbering.
+        ylabels = [f"{i}. {label}" for i, label in enumerate(labels, 1)] if panel == 0 else range(1, len(labels) + 1)
+        ax.set_yticks(range(len(sentences)), ylabels, fontsize=8)
         ax.set_title(name)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="cosine similarity")
     return fig
