@@ -105,7 +105,7 @@ def test_tokenize_packs_pairs_and_renames_labels(tokenizer):
     assert set(encoded.column_names) == {"labels", "input_ids", "token_type_ids", "attention_mask"}
     assert encoded[0]["token_type_ids"] == [0] * 5 + [1] * 4
     with pytest.raises(ValueError, match=r"\['text'\] are not in the dataset"):
-        data.tokenize(ds, tokenizer, 32, text="text")
+        data.tokenize(ds, tokenizer, 32, text="text", label="score")
 
 
 def test_entity_question_finds_the_span():
