@@ -31,7 +31,7 @@ def main(argv=None) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from ftcourse import config, data, heads, models, readout, training
+    from ftcourse import config, data, heads, models, readout, speed, training
     from ftcourse.setup import quiet_libraries, seed_everything
 
     profile = config.get_profile()
@@ -53,7 +53,7 @@ def main(argv=None) -> dict:
     features = readout.extract_features(encoder, tokenizer, sentences, max_length=profile.max_length,
                                         batch_size=2 * profile.batch_size, progress=False)
     extraction = readout.extraction_flops_per_second(encoder.config, features)
-    matmul = readout.matmul_flops_per_second(device=device)
+    matmul = speed.matmul_flops_per_second(device=device)
     print(f"extraction: {features.extraction['tokens']} tokens in {features.extraction['seconds']:.1f} s = "
           f"{features.tokens_per_second:,.0f} tokens/s = {extraction / 1e9:.1f} GFLOP/s")
     print(f"matmul (fp32, 1024^3): {matmul / 1e9:.1f} GFLOP/s")

@@ -1,16 +1,7 @@
 """Encoder forward throughput against the machine's own fp32 matmul speed.
 
-Model FLOPs per token, counted for a forward pass of a BERT encoder with ``L`` layers,
-hidden size ``H``, feed-forward size ``I`` and sequence length ``T`` (a multiply-add = 2):
-
-- projections Q, K, V and the attention output: 4 matmuls of H x H -> 8 H^2
-- feed-forward: H x I and I x H -> 4 H I
-- attention itself: scores Q K^T and the weighted sum of V -> 2 x 2 T H = 4 T H
-
-so ``L (8 H^2 + 4 H I + 4 T H)`` per token, about 2 x (non-embedding parameters) plus
-attention. Embedding lookups, LayerNorm, softmax and GELU are not counted: they are
-memory-bound work the matmul limit does not cover, which is part of why the fraction is
-below one.
+Model FLOPs per token are counted by ``ftcourse.speed.encoder_flops`` (its docstring
+says what is and is not counted).
 """
 
 from __future__ import annotations
@@ -20,11 +11,6 @@ import time
 import torch
 
 from .common import Row, device, synchronize
-
-
-def flops_per_token(config, sequence_length: int) -> int:
-    h, i, t = config.hidden_size, config.intermediate_size, sequence_length
-    return config.num_hidden_layers * (8 * h * h + 4 * h * i + 4 * t * h)
 
 
 def best_seconds(fn, repeats: int) -> float:
@@ -37,13 +23,6 @@ def best_seconds(fn, repeats: int) -> float:
         synchronize()
         best = min(best, time.perf_counter() - start)
     return best
-
-
-def matmul_flops_per_second(size: int = 1024, repeats: int = 5) -> float:
-    """The best fp32 matmul speed of this device: ``size`` x ``size`` squares."""
-    a = torch.randn(size, size, device=device())
-    b = torch.randn(size, size, device=device())
-    return 2 * size**3 / best_seconds(lambda: a @ b, repeats)
 
 
 def packed_batch(tokenizer, batch_size: int, sequence_length: int) -> dict:
@@ -62,13 +41,13 @@ def packed_batch(tokenizer, batch_size: int, sequence_length: int) -> dict:
 
 
 def main(batch_size: int = 32, sequence_length: int = 128, rounds: int = 3, repeats: int = 3) -> list[Row]:
-    from ftcourse import models
+    from ftcourse import models, speed
 
     tokenizer = models.load_tokenizer()
     encoder = models.load_encoder(add_pooling_layer=False).to(device()).eval()
     batch = packed_batch(tokenizer, batch_size, sequence_length)
     tokens = batch["input_ids"].numel()
-    per_token = flops_per_token(encoder.config, sequence_length)
+    per_token = speed.encoder_flops(encoder.config, 1, sequence_length)
     c = encoder.config
     print(f"\n== encoder forward throughput vs fp32 matmul ==\n"
           f"encoder: {c.num_hidden_layers} layers, hidden {c.hidden_size}, feed-forward {c.intermediate_size}, "
@@ -85,7 +64,7 @@ def main(batch_size: int = 32, sequence_length: int = 128, rounds: int = 3, repe
     # Interleaved rounds: the matmul limit and the model are measured under the same load.
     best_matmul, best_model = 0.0, 0.0
     for _ in range(rounds):
-        best_matmul = max(best_matmul, matmul_flops_per_second(repeats=repeats))
+        best_matmul = max(best_matmul, speed.matmul_flops_per_second(device=device()))
         best_model = max(best_model, tokens / best_seconds(forward, repeats))
     fraction = best_model * per_token / best_matmul
     print(f"matmul: {best_matmul / 1e9:.1f} GFLOP/s; encoder: {best_model:,.0f} tokens/s = "

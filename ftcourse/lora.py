@@ -21,7 +21,6 @@ with ``peft``'s ``set_adapter``.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 from torch import nn
 
 from . import heads as heads_module
+from . import models
 
 DEFAULT_TARGETS = ("query", "value")
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -139,36 +139,13 @@ def lora_task_model(encoder: nn.Module, head: heads_module.Head, rank: int = 8,
                     dropout: float = 0.1) -> heads_module.TaskModel:
     """``head(LoRA(encoder))``: the encoder frozen with LoRA on ``targets``, the head trainable.
     Train it with ``ftcourse.training.train`` like any ``TaskModel``."""
-    fingerprint = backbone_fingerprint(encoder)
+    fingerprint = models.fingerprint(encoder)
     model = heads_module.TaskModel(add_lora(encoder, rank, targets, alpha, dropout), head)
     model.backbone_fingerprint = fingerprint  # kept for save_task_adapter
     return model
 
 
 # ----------------------------------------------------------------------------- backbone identity
-
-
-def _base_weights(encoder: nn.Module):
-    """(name, tensor) of the pretrained weights, LoRA's own excluded, names as in the bare model."""
-    for name, tensor in encoder.state_dict().items():
-        if "lora_" in name or "modules_to_save" in name:
-            continue
-        name = name.replace(".base_layer.", ".")
-        for prefix in ("base_model.model.",):
-            name = name.removeprefix(prefix)
-        yield name, tensor
-
-
-def backbone_fingerprint(encoder: nn.Module, values_per_tensor: int = 4096) -> str:
-    """A short hash of a backbone's pretrained weights (names, shapes and the first
-    ``values_per_tensor`` values of each tensor): equal backbones give equal fingerprints,
-    and two pretrainings of one architecture almost surely differ."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(_base_weights(encoder)):
-        digest.update(f"{name}{tuple(tensor.shape)}".encode())
-        if tensor.device.type != "meta":
-            digest.update(tensor.detach().flatten()[:values_per_tensor].float().cpu().numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def _backbone_name(encoder: nn.Module) -> str:
@@ -208,7 +185,7 @@ def save_task_adapter(model: heads_module.TaskModel, folder, task: str) -> dict:
         "hidden_size": linear.in_features,
         "num_labels": linear.out_features,
         "backbone": _backbone_name(encoder),
-        "backbone_fingerprint": getattr(model, "backbone_fingerprint", None) or backbone_fingerprint(encoder),
+        "backbone_fingerprint": getattr(model, "backbone_fingerprint", None) or models.fingerprint(encoder),
     }
     (folder / SIDECAR).write_text(json.dumps(sidecar, indent=2))
     return adapter_files(folder)
@@ -237,7 +214,7 @@ def check_adapter_matches(encoder: nn.Module, folder, fingerprint: str | None = 
     folder = Path(folder)
     sidecar = read_sidecar(folder)
     saved = sidecar.get("backbone_fingerprint")
-    ours = fingerprint or backbone_fingerprint(encoder)
+    ours = fingerprint or models.fingerprint(encoder)
     if saved and saved != ours:
         raise AdapterBackboneMismatchError(
             f"The adapter {folder.name!r} (task {sidecar.get('task')!r}) was trained on the backbone "
@@ -299,7 +276,7 @@ class AdapterServer(nn.Module):
         self.encoder = encoder
         self.heads = nn.ModuleDict()
         self.active: str | None = None
-        self._fingerprint = backbone_fingerprint(encoder)
+        self._fingerprint = models.fingerprint(encoder)
 
     @property
     def tasks(self) -> list[str]:

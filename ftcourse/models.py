@@ -14,6 +14,7 @@ profile takes bert-base-uncased and SBERT-NLI-base from the Hugging Face hub.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
 from pathlib import Path
@@ -135,6 +136,48 @@ def load_sentence_model(profile=None, device: str | None = None):
         "sentence",
         profile,
     )
+
+
+def pretrained_weights(model):
+    """``(name, tensor)`` for a model's pretrained weights, named as in the bare model:
+    peft's wrapper prefixes and ``base_layer`` are removed, LoRA's own tensors left out."""
+    for name, tensor in model.state_dict().items():
+        if "lora_" in name or "modules_to_save" in name:
+            continue
+        name = name.replace(".base_layer.", ".").removeprefix("base_model.model.")
+        yield name, tensor
+
+
+def fingerprint(model, values_per_tensor: int = 4096) -> str:
+    """A short hash of a model's pretrained weights: names, shapes and the first
+    ``values_per_tensor`` values of each tensor (fast even for bert-base).
+
+    ``model`` is a loaded model, or a folder of ``*.safetensors`` files (hashed as saved,
+    without loading: a loaded copy may hold freshly initialised extras, such as a pooler).
+    Equal weights give equal fingerprints, wrapped in LoRA or not, on any machine; two
+    pretrainings, or a model before and after fine-tuning, almost surely differ. Caches and
+    saved adapters use it to tell which encoder they belong to.
+    """
+    digest = hashlib.sha256()
+    weights = _saved_weights(model) if isinstance(model, (str, Path)) else pretrained_weights(model)
+    for name, tensor in sorted(weights, key=lambda item: item[0]):
+        digest.update(f"{name}{tuple(tensor.shape)}".encode())
+        if tensor.device.type != "meta":
+            digest.update(tensor.detach().flatten()[:values_per_tensor].float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _saved_weights(folder):
+    from safetensors import safe_open
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise ModelNotAvailableError(f"No *.safetensors weights in {folder}. Fix: point at a saved "
+                                     "model folder (save_pretrained writes safetensors).")
+    for file in files:
+        with safe_open(file, framework="pt") as weights:
+            for name in weights.keys():
+                yield name, weights.get_tensor(name)
 
 
 def architecture_config(**overrides) -> BertConfig:

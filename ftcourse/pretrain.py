@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import speed
 from .config import COURSE_ENCODER_DIR, REPO_ROOT, ConfigError, cache_dir, corpus_dir
 
 SPLITS = ("train", "validation", "test")
@@ -244,18 +245,6 @@ def count_params(model) -> dict:
 # Speed measurement
 
 
-def measure_matmul_flops(n: int = 1024, seconds: float = 1.0) -> float:
-    """FLOP/s of a plain fp32 n x n matmul in this process: the yardstick for the ratio."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    for _ in range(3):
-        a @ b
-    reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        reps += 1
-    return 2 * n**3 * reps / (time.perf_counter() - t0)
-
-
 def flops_per_step(model, batch: torch.Tensor, tokenizer) -> int:
     """Exact FLOPs of one forward+backward (counted by torch, not estimated)."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -356,7 +345,7 @@ def export_checkpoint(run_dir, out_dir=COURSE_ENCODER_DIR) -> Path:
         pack(token_ids("train", args["corpus"], tokenizer), shape.seq_len,
              tokenizer.cls_token_id, tokenizer.sep_token_id)[: args["batch_size"]].astype(np.int64))
     flops_per_token = flops_per_step(model, batch, tokenizer) / tokens_per_step
-    matmul = max(ck.get("matmul", 0.0), measure_matmul_flops())
+    matmul = max(ck.get("matmul", 0.0), speed.matmul_flops_per_second())
     wall, seen = ck["elapsed"], ck["tokens_seen"]
     budget = args["max_minutes"] * 60 if args.get("max_minutes") and not ck["total_steps"] else None
     stats = {
@@ -412,7 +401,7 @@ def train(args) -> dict:
                           "another --run-dir (or delete that one) to start afresh.")
 
     params = count_params(model)
-    matmul = measure_matmul_flops()
+    matmul = speed.matmul_flops_per_second()
     step_flops = flops_per_step(model, batches(0), tokenizer)
     print(f"model: {params}, {step_flops / 1e9:.1f} GFLOP/step, matmul {matmul / 1e9:.0f} GFLOP/s",
           file=sys.stderr)
@@ -492,7 +481,7 @@ def train(args) -> dict:
     bar.close()
 
     # The yardstick again at the end: the cores are shared, take the better of two readings.
-    matmul = max(matmul, measure_matmul_flops())
+    matmul = max(matmul, speed.matmul_flops_per_second())
     run_wall = wall()
     stats = {
         "shape": asdict(shape), "params": params, "steps": step, "batch_size": args.batch_size,

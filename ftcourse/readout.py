@@ -39,7 +39,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 from tqdm.auto import tqdm
 
-from . import config, heads, models, training
+from . import config, heads, models, speed, training
 
 #: Bump when the file layout changes: old caches then no longer match and are rebuilt.
 FEATURES_FORMAT = 1
@@ -188,17 +188,6 @@ class WordFeatures:
         return [names[offsets[i] : offsets[i + 1]] for i in range(self.num_sentences)]
 
 
-def model_fingerprint(model: nn.Module) -> str:
-    """A short hash of a model's configuration and weights (a sample of every tensor:
-    enough to tell two checkpoints apart, fast even for bert-base)."""
-    digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
-    for name, tensor in model.state_dict().items():
-        sample = tensor.detach().flatten()[:4096].float().cpu().contiguous()
-        digest.update(f"{name}{tuple(tensor.shape)}".encode())
-        digest.update(sample.numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
 def tokenizer_fingerprint(tokenizer) -> str:
     vocab = tokenizer.get_vocab()
     text = json.dumps([type(tokenizer).__name__, len(vocab), sorted(vocab.items())[:: max(1, len(vocab) // 2000)],
@@ -219,7 +208,7 @@ def feature_key(model, tokenizer, dataset, split: str, profile=None, source: str
     return {
         "format": FEATURES_FORMAT,
         "model": source or getattr(model.config, "_name_or_path", "") or type(model).__name__,
-        "model_fingerprint": model_fingerprint(model),
+        "model_fingerprint": models.fingerprint(model),
         "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
         "profile": profile.name,
         "split": split,
@@ -663,40 +652,13 @@ def finetune_tagger(encoder, tokenizer, conll, profile=None, *, seed: int = 0, e
 # ----------------------------------------------------------------------------- speed
 
 
-def encoder_flops(model_config, tokens: int, mean_length: float) -> float:
-    """Forward FLOPs of a BERT-like encoder over ``tokens`` tokens in sequences of
-    ``mean_length``: 2 per multiply-add in the dense layers, plus attention's two
-    (length x length) products. Embedding lookups cost nothing."""
-    hidden, layers = model_config.hidden_size, model_config.num_hidden_layers
-    dense = 2 * (4 * hidden * hidden + 2 * hidden * model_config.intermediate_size)
-    attention = 2 * 2 * mean_length * hidden
-    return tokens * layers * (dense + attention)
-
-
-def matmul_flops_per_second(size: int = 1024, seconds: float = 1.0, device: str = "cpu") -> float:
-    """What a plain float32 matmul reaches on ``device``, for comparison (best of repeats)."""
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
-    a @ b  # warm up
-    best, deadline = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        if device != "cpu":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(4):
-            a @ b
-        if device != "cpu":
-            torch.cuda.synchronize()
-        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
-    return best
-
-
 def extraction_flops_per_second(model_config, features: WordFeatures) -> float:
     """The FLOP/s the extraction of ``features`` reached (from its recorded tokens and time)."""
     tokens, seconds = features.extraction.get("tokens", 0), features.extraction.get("seconds", 0)
     sentences = features.extraction.get("sentences", 0) or features.num_sentences
     if not seconds:
         return float("nan")
-    return encoder_flops(model_config, tokens, tokens / sentences) / seconds
+    return speed.encoder_flops(model_config, tokens, tokens / sentences) / seconds
 
 
 def format_table(rows: list[tuple], header: tuple) -> str:

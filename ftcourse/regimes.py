@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from . import config, heads, lora, training
+from . import config, heads, lora, models, training
 
 REGIMES = ("frozen", "lora", "finetune")
 BATCH_SIZE = 16  # the BERT paper's smaller batch: small labelled sets still get enough steps
@@ -68,22 +68,21 @@ def epochs_for(size: int, min_examples: int, epochs: int = 1) -> int:
 def cls_features(encoder: nn.Module, data: datasets.Dataset, batch_size: int = 128) -> torch.Tensor:
     """The final [CLS] state of every example, in the dataset's order: (n, hidden)."""
     encoder.eval()
-    loader = training.make_loader(data.remove_columns([c for c in ("labels",) if c in data.column_names]),
-                                  batch_size, shuffle=False)
-    order = [i for batch in loader.batch_sampler for i in batch]
-    states = torch.cat([encoder(**batch).last_hidden_state[:, 0].float() for batch in loader])
-    return states[torch.argsort(torch.as_tensor(order))]
+    data = data.remove_columns([c for c in ("labels",) if c in data.column_names])
+    states = training.in_dataset_order(lambda batch: encoder(**batch).last_hidden_state[:, 0].float(),
+                                       data, batch_size)
+    return torch.stack(states)
 
 
 def cached_cls_features(encoder: nn.Module, data: datasets.Dataset, name: str) -> tuple[torch.Tensor, float]:
     """``cls_features``, kept under ``cache_dir()/lesson3`` in a file named by a hash of the
-    encoder's weights (``lora.backbone_fingerprint``) and the token ids: another encoder,
+    encoder's weights (``models.fingerprint``) and the token ids: another encoder,
     tokenizer, max_length or subset gives another file, so a cache is never stale. Delete
     the folder to rebuild. Returns the features and the seconds the extraction took
     (measured when it ran; 0.0 when read from the cache)."""
     from safetensors.torch import load_file, save_file
 
-    digest = hashlib.sha256(f"{FEATURES_FORMAT}|{lora.backbone_fingerprint(encoder)}".encode())
+    digest = hashlib.sha256(f"{FEATURES_FORMAT}|{models.fingerprint(encoder)}".encode())
     for ids in data["input_ids"]:
         digest.update(bytes(str(ids), "ascii"))
     path = config.cache_dir() / "lesson3" / f"{name}-cls-{digest.hexdigest()[:16]}.safetensors"

@@ -451,17 +451,12 @@ def train_siamese(source: str, train_pairs, config: SiameseConfig | None = None,
 
 
 def encoder_fingerprint(source: str) -> str:
-    """What identifies an encoder's weights: for a local folder its config and the size and
-    modification time of its weight files (so a retrained encoder gets a new key); for a
-    hub id, the id."""
-    folder = Path(source)
-    if not folder.is_dir():
-        return source
-    parts = [(folder / "config.json").read_text() if (folder / "config.json").is_file() else ""]
-    for weights in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
-        stat = weights.stat()
-        parts.append(f"{weights.name}:{stat.st_size}:{stat.st_mtime_ns}")
-    return "\n".join(parts)
+    """What identifies the encoder at ``source``: for a local folder ``models.fingerprint``
+    of its saved weights (a retrained encoder in the same folder gets a new key); for a hub
+    id, the id."""
+    from . import models
+
+    return models.fingerprint(source) if models.is_local(source) else source
 
 
 def siamese_cache_key(source: str, train_pairs, config: SiameseConfig) -> str:

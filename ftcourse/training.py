@@ -303,21 +303,32 @@ def _sum_over_processes(count: int, accelerator) -> int:
     return int(accelerator.reduce(torch.tensor(count, device=accelerator.device), reduction="sum").item())
 
 
+def in_dataset_order(fn, data, batch_size: int = 128, pad_token_id: int = 0) -> list:
+    """``fn(batch)`` over length-bucketed batches of ``data`` (little padding), with its
+    per-example results (rows of what it returns) put back in the dataset's order."""
+    loader = make_loader(data, batch_size, shuffle=False, pad_token_id=pad_token_id)
+    order = [i for batch in loader.batch_sampler for i in batch]
+    rows = [row for batch in loader for row in fn(batch)]
+    in_order = [None] * len(rows)
+    for position, index in enumerate(order):
+        in_order[index] = rows[position]
+    return in_order
+
+
 @torch.inference_mode()
 def predict(model, data, batch_size: int = 128, pad_token_id: int = 0):
     """Logits and labels for every example, in the dataset's order (batched by length)."""
     model.eval()
     device = next(model.parameters()).device
-    loader = make_loader(data, batch_size, shuffle=False, pad_token_id=pad_token_id)
-    order = [i for batch in loader.batch_sampler for i in batch]
-    logits, labels = [], []
-    for batch in loader:
+
+    def logits_and_labels(batch):
         batch = {k: v.to(device) for k, v in batch.items()}
-        out = model(**{k: v for k, v in batch.items() if k != "labels"})["logits"].float().cpu()
-        logits += list(out)
-        labels += list(batch["labels"].cpu()) if "labels" in batch else [None] * len(out)
-    by_index = sorted(range(len(order)), key=order.__getitem__)
-    return [logits[i] for i in by_index], [labels[i] for i in by_index]
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"})["logits"].float().cpu()
+        labels = batch["labels"].cpu() if "labels" in batch else [None] * len(logits)
+        return zip(logits, labels)
+
+    pairs = in_dataset_order(logits_and_labels, data, batch_size, pad_token_id)
+    return [logits for logits, _ in pairs], [labels for _, labels in pairs]
 
 
 def accuracy(logits, labels) -> dict:

@@ -44,3 +44,24 @@ def test_override_with_a_missing_local_folder(monkeypatch, tmp_path):
 def test_describe_hides_machine_paths():
     for source in models.describe("offline").values():
         assert not source.startswith("/"), source
+
+
+def test_fingerprint_names_the_weights_not_the_wrapper(tiny_bert, tmp_path):
+    import torch
+
+    from ftcourse import lora
+
+    before = models.fingerprint(tiny_bert)
+    assert models.fingerprint(tiny_bert) == before  # deterministic
+    wrapped = lora.add_lora(tiny_bert, rank=2, targets=("query", "value"))
+    assert models.fingerprint(wrapped) == before  # LoRA's own matrices are not the backbone
+    with torch.no_grad():
+        next(p for n, p in wrapped.named_parameters() if "word_embeddings" in n).flatten()[0] += 1.0
+    assert models.fingerprint(wrapped) != before  # the backbone moved: another encoder
+
+
+def test_fingerprint_of_a_saved_folder_is_stable(tiny_bert, tmp_path):
+    tiny_bert.save_pretrained(tmp_path)
+    assert models.fingerprint(tmp_path) == models.fingerprint(str(tmp_path))
+    with pytest.raises(models.ModelNotAvailableError, match="No \\*.safetensors"):
+        models.fingerprint(tmp_path / "missing")

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from ftcourse import config, data, published, readout
+from ftcourse import config, data, published, readout, speed
 
 PROFILE = config.get_profile("offline")
 
@@ -200,7 +200,7 @@ def test_a_readout_learns_a_learnable_rule(tokenizer, cache):
 
 def test_encoder_flops_counts_dense_layers():
     cfg = BertConfig()  # bert-base: 85M parameters in the 12 transformer layers' matrices
-    flops = readout.encoder_flops(cfg, tokens=1, mean_length=0)
+    flops = speed.encoder_flops(cfg, tokens=1, mean_length=0)
     assert flops == pytest.approx(2 * 12 * (4 * 768**2 + 2 * 768 * 3072))
 
 
