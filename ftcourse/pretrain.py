@@ -43,6 +43,7 @@ from . import speed
 from .config import COURSE_ENCODER_DIR, REPO_ROOT, ConfigError, cache_dir, corpus_dir
 
 SPLITS = ("train", "validation", "test")
+FINETUNE_DROPOUT = 0.1  # what the exported config sets, as in BERT
 
 
 # ----------------------------------------------------------------------------------------
@@ -322,6 +323,9 @@ def export(model, tokenizer, out_dir: Path, stats: dict) -> None:
     config_path = out_dir / "config.json"
     config = json.loads(config_path.read_text())
     config["dtype"] = "float32"
+    # Pretraining ran without dropout (a few epochs cannot overfit); fine-tuning on a few
+    # thousand labelled sentences can, so the model ships with BERT's 0.1 for its users.
+    config["hidden_dropout_prob"] = config["attention_probs_dropout_prob"] = FINETUNE_DROPOUT
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     # Position embeddings stop at seq_len: truncating there must be the tokenizer's default.
     tokenizer.model_max_length = model.config.max_position_embeddings
@@ -696,7 +700,8 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
         f"Stored as fp16 safetensors ({size_mb:.0f} MB); the config says float32, so "
         "`from_pretrained` computes in fp32. There is no pooler (BERT's pooler was trained by "
         "next-sentence prediction, which this model never did): `AutoModel` adds an untrained "
-        "one, so read `last_hidden_state`, not `pooler_output`.", "",
+        "one, so read `last_hidden_state`, not `pooler_output`. Pretraining used no dropout; "
+        f"the config sets BERT's {FINETUNE_DROPOUT} for whoever fine-tunes it.", "",
         "## Training", "",
         f"- Corpus: WikiText-2 (raw) *train* split only ({st['train_tokens']:,} WordPiece "
         "tokens; headings dropped, `@-@`-style escapes undone), packed into blocks "
