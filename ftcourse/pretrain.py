@@ -716,7 +716,7 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
         f"{st['seed']}.",
         f"- {st['steps']:,} steps, {st['tokens_seen']:,} tokens seen ({st['epochs']} epochs), "
         f"wall time {st['wall_seconds'] / 60:.1f} min on {st['threads']} CPU threads "
-        "(shared with other jobs), "
+        "(wall time counts only while training ran), "
         f"{st['tokens_per_second']:.0f} tokens/s on average. Final training loss "
         f"{st['final_loss']}.",
         f"- Speed: {st['flops_per_step'] / 1e9:.0f} GFLOP per step (forward + backward, counted "

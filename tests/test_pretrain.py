@@ -82,8 +82,8 @@ CLOZES = [
 
 @pytest.mark.parametrize(
     "text,sensible",
-    # "of" after "the president" is also one of the undertrained model's usual top 5 words.
-    [c if c[1] == {"of"} else pytest.param(*c, marks=UNDERTRAINED) for c in CLOZES],
+    # The undertrained model gets these two from frequent patterns ("president of", "in 2009").
+    [c if c[1] in ({"of"}, {"in", "on"}) else pytest.param(*c, marks=UNDERTRAINED) for c in CLOZES],
     ids=[c[0] for c in CLOZES],
 )
 def test_fill_mask_top5(mlm, text, sensible):
