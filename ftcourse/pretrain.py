@@ -215,8 +215,29 @@ class Shape:
     dropout: float = 0.0  # one or two epochs cannot overfit; dropout would only slow learning
 
 
-def build_model(shape: Shape, tokenizer, seed: int = 0):
+POSITION_INITS = ("random", "sinusoidal")
+
+
+def sinusoidal_positions(length: int, width: int, std: float = 0.02) -> torch.Tensor:
+    """The Transformer's sine/cosine position table (Vaswani et al., 2017), scaled to
+    ``std`` (BERT's initializer range) so that it does not drown the word embeddings."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    frequency = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
+    table = torch.zeros(length, width)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)[:, : width // 2]
+    return table * (std / table.std())
+
+
+def build_model(shape: Shape, tokenizer, seed: int = 0, position_init: str = "random"):
+    """A fresh ``BertForMaskedLM``. ``position_init="sinusoidal"`` starts the (still learned)
+    position embeddings from the sine/cosine table instead of noise: an offset such as
+    "the previous word" is then the same linear map at every position, which may help
+    attention find its neighbours sooner (untested as yet; "random" is BERT's)."""
     from transformers import BertConfig, BertForMaskedLM
+
+    if position_init not in POSITION_INITS:
+        raise ConfigError(f"Unknown position_init {position_init!r}. Fix: use one of {POSITION_INITS}.")
 
     config = BertConfig(
         vocab_size=len(tokenizer),
@@ -233,6 +254,10 @@ def build_model(shape: Shape, tokenizer, seed: int = 0):
     torch.manual_seed(seed)
     model = BertForMaskedLM(config)
     model.config._attn_implementation = "sdpa"
+    if position_init == "sinusoidal":
+        with torch.no_grad():
+            model.bert.embeddings.position_embeddings.weight.copy_(
+                sinusoidal_positions(shape.seq_len, shape.hidden, config.initializer_range))
     return model
 
 
@@ -383,7 +408,7 @@ def train(args) -> dict:
     run_dir = Path(args.run_dir)
     ckpt_path = run_dir / "checkpoint.pt"
 
-    model = build_model(shape, tokenizer, seed=args.seed)
+    model = build_model(shape, tokenizer, seed=args.seed, position_init=args.position_init)
     opt = make_optimizer(model, args.lr, args.weight_decay)
     batches = Batches(ids, tokenizer, shape.seq_len, args.batch_size, args.seed)
     step, tokens_seen, elapsed, total = 0, 0, 0.0, args.steps
@@ -784,6 +809,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--intermediate", type=int, default=1024)
     t.add_argument("--seq-len", type=int, default=128)
     t.add_argument("--dropout", type=float, default=0.0)
+    t.add_argument("--position-init", choices=POSITION_INITS, default="random",
+                   help="how the learned position embeddings start (default: BERT's random)")
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--weight-decay", type=float, default=0.01)

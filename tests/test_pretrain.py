@@ -173,3 +173,16 @@ def test_unknown_option_is_an_error(capsys):
         pretrain.main(["train", "--no-such-option"])
     assert exit_.value.code == 2
     assert "--no-such-option" in capsys.readouterr().err
+
+
+def test_sinusoidal_position_init():
+    tokenizer = pretrain.load_tokenizer()
+    shape = pretrain.Shape(layers=1, hidden=32, heads=2, intermediate=64, seq_len=16)
+    model = pretrain.build_model(shape, tokenizer, position_init="sinusoidal")
+    table = model.bert.embeddings.position_embeddings.weight.detach()
+    assert abs(table.std().item() - model.config.initializer_range) < 1e-4  # no louder than the words
+    # Neighbouring positions are more alike than distant ones: the structure random noise lacks.
+    cosine = torch.nn.functional.cosine_similarity
+    assert cosine(table[5], table[6], dim=0) > cosine(table[5], table[15], dim=0)
+    with pytest.raises(ConfigError, match="position_init"):
+        pretrain.build_model(shape, tokenizer, position_init="rotary")
