@@ -621,7 +621,8 @@ class FinetuneResult:
 def finetune_tagger(encoder, tokenizer, conll, profile=None, *, seed: int = 0, epochs: int | None = None,
                     progress: bool = True) -> FinetuneResult:
     """The paper's last row: ``encoder`` (trained in place) plus a token-classification
-    head, fine-tuned on ``conll["train"]`` with the profile's ``finetune_lr`` and scored
+    head, fine-tuned on ``conll["train"]`` with the profile's ``finetune_lr`` (``head_lr`` for
+    the new head) and scored
     like the readouts: each word's tag is its first subtoken's, over all of validation.
     Trains for ``epochs``, by default the profile's ``finetune_epochs``."""
     from .data import label_names
@@ -637,7 +638,9 @@ def finetune_tagger(encoder, tokenizer, conll, profile=None, *, seed: int = 0, e
                              "finetune")
     train_data, _ = tokenized_for_tagging(tokenizer, conll["train"], profile.max_length)
     valid_data, encoded = tokenized_for_tagging(tokenizer, conll["validation"], profile.max_length)
-    recipe = training.TrainConfig(lr=profile.finetune_lr, epochs=epochs or profile.finetune_epochs,
+    # The new head starts random: it gets the bigger head_lr, as in the exercise.
+    recipe = training.TrainConfig(lr=profile.finetune_lr, head_lr=profile.head_lr,
+                                  epochs=epochs or profile.finetune_epochs,
                                   batch_size=profile.batch_size, seed=seed, progress=progress)
     history = training.train(model, train_data, recipe, pad_token_id=tokenizer.pad_token_id)
     logits, _ = training.predict(model, valid_data, recipe.eval_batch_size, tokenizer.pad_token_id)

@@ -218,7 +218,7 @@ def test_readouts_for_the_same_layers_train_once(tiny_bert, tokenizer):
 
 def test_finetune_row_scores_every_validation_word(tiny_bert, tokenizer):
     conll = datasets.DatasetDict({"train": tiny_conll(16, seed=0), "validation": tiny_conll(8, seed=1)})
-    profile = PROFILE.with_(max_length=6, batch_size=8, epochs=1)  # max_length 6 truncates some words
+    profile = PROFILE.with_(max_length=6, batch_size=8, finetune_epochs=1)  # max_length 6 truncates some words
     result = readout.finetune_tagger(tiny_bert, tokenizer, conll, profile, progress=False)
     assert 0 <= result.f1 <= 100
     assert len(result.history.epoch_seconds) == 1 and result.seconds_per_epoch > 0
