@@ -233,7 +233,8 @@ def build_model(shape: Shape, tokenizer, seed: int = 0, position_init: str = "ra
     """A fresh ``BertForMaskedLM``. ``position_init="sinusoidal"`` starts the (still learned)
     position embeddings from the sine/cosine table instead of noise: an offset such as
     "the previous word" is then the same linear map at every position, which may help
-    attention find its neighbours sooner (untested as yet; "random" is BERT's)."""
+    attention find its neighbours sooner. Measured once (4 x 128, 1,200 steps): training
+    loss about 0.05 below "random" (BERT's) at equal steps, no escape from the plateau."""
     from transformers import BertConfig, BertForMaskedLM
 
     if position_init not in POSITION_INITS:

@@ -622,9 +622,8 @@ def finetune_tagger(encoder, tokenizer, conll, profile=None, *, seed: int = 0, e
                     progress: bool = True) -> FinetuneResult:
     """The paper's last row: ``encoder`` (trained in place) plus a token-classification
     head, fine-tuned on ``conll["train"]`` with the profile's ``finetune_lr`` (``head_lr`` for
-    the new head) and scored
-    like the readouts: each word's tag is its first subtoken's, over all of validation.
-    Trains for ``epochs``, by default the profile's ``finetune_epochs``."""
+    the new head) and scored like the readouts: each word's tag is its first subtoken's, over
+    all of validation. Trains for ``epochs``, by default the profile's ``finetune_epochs``."""
     from .data import label_names
 
     profile = config.get_profile(profile)
