@@ -216,6 +216,7 @@ class Shape:
 
 
 POSITION_INITS = ("random", "sinusoidal")
+ATTENTION_INITS = ("random", "mimetic")
 
 
 def sinusoidal_positions(length: int, width: int, std: float = 0.02) -> torch.Tensor:
@@ -229,7 +230,30 @@ def sinusoidal_positions(length: int, width: int, std: float = 0.02) -> torch.Te
     return table * (std / table.std())
 
 
-def build_model(shape: Shape, tokenizer, seed: int = 0, position_init: str = "random"):
+def mimetic_query_key_(model, alpha: float = 0.7, beta: float = 0.7) -> None:
+    """Mimetic initialisation of every head's query and key maps (Trockman & Kolter, 2023):
+    ``W_q W_k^T ~ alpha Z + beta I`` with Z random, so that attention starts out favouring
+    tokens whose (word + position) embeddings resemble the query's. With BERT's
+    N(0, 0.02) initialisation, q.k is near 0 everywhere: attention is uniform, its
+    gradient tiny, and MLM sits on the unigram plateau until attention breaks free."""
+    config = model.config
+    width, heads = config.hidden_size, config.num_attention_heads
+    head_dim = width // heads
+    for layer in model.bert.encoder.layer:
+        attention = layer.attention.self
+        with torch.no_grad():
+            for h in range(heads):
+                target = alpha * torch.randn(width, width) / math.sqrt(width) + beta * torch.eye(width)
+                u, s, vh = torch.linalg.svd(target)
+                rows = slice(h * head_dim, (h + 1) * head_dim)
+                # nn.Linear computes x W^T, so W_q^T W_k (width x width) is the target's
+                # best rank-head_dim approximation.
+                attention.query.weight[rows] = (u[:, :head_dim] * s[:head_dim].sqrt()).T
+                attention.key.weight[rows] = (vh[:head_dim].T * s[:head_dim].sqrt()).T
+
+
+def build_model(shape: Shape, tokenizer, seed: int = 0, position_init: str = "random",
+                attention_init: str = "random"):
     """A fresh ``BertForMaskedLM``. ``position_init="sinusoidal"`` starts the (still learned)
     position embeddings from the sine/cosine table instead of noise: an offset such as
     "the previous word" is then the same linear map at every position, which may help
@@ -239,6 +263,8 @@ def build_model(shape: Shape, tokenizer, seed: int = 0, position_init: str = "ra
 
     if position_init not in POSITION_INITS:
         raise ConfigError(f"Unknown position_init {position_init!r}. Fix: use one of {POSITION_INITS}.")
+    if attention_init not in ATTENTION_INITS:
+        raise ConfigError(f"Unknown attention_init {attention_init!r}. Fix: use one of {ATTENTION_INITS}.")
 
     config = BertConfig(
         vocab_size=len(tokenizer),
@@ -259,6 +285,8 @@ def build_model(shape: Shape, tokenizer, seed: int = 0, position_init: str = "ra
         with torch.no_grad():
             model.bert.embeddings.position_embeddings.weight.copy_(
                 sinusoidal_positions(shape.seq_len, shape.hidden, config.initializer_range))
+    if attention_init == "mimetic":
+        mimetic_query_key_(model)
     return model
 
 
@@ -359,6 +387,25 @@ def export(model, tokenizer, out_dir: Path, stats: dict) -> None:
     (out_dir / "training_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
 
 
+def run_stats(args: dict, shape: Shape, params: dict, steps: int, tokens_seen: int, train_tokens: int,
+              wall_seconds: float, flops_per_token: float, matmul: float, history: list) -> dict:
+    """What the model card reports about a run: size, data seen, time, speed, loss."""
+    achieved = flops_per_token * tokens_seen / wall_seconds
+    return {
+        "shape": asdict(shape), "params": params, "steps": steps, "batch_size": args["batch_size"],
+        "tokens_seen": tokens_seen, "train_tokens": train_tokens,
+        # Each block holds seq_len - 2 corpus tokens ([CLS] and [SEP] are added).
+        "epochs": round(tokens_seen * (shape.seq_len - 2) / shape.seq_len / train_tokens, 2),
+        "wall_seconds": round(wall_seconds, 1), "tokens_per_second": round(tokens_seen / wall_seconds, 1),
+        "flops_per_step": flops_per_token * args["batch_size"] * shape.seq_len,
+        "flops_per_token": flops_per_token, "achieved_flops_per_second": achieved,
+        "matmul_flops_per_second": matmul, "matmul_ratio": round(achieved / matmul, 3),
+        "final_loss": history[-1][-1] if history else None, "loss_history": history,
+        "lr": args["lr"], "warmup_steps": args["warmup_steps"], "threads": args["threads"],
+        "seed": args["seed"],
+    }
+
+
 def export_checkpoint(run_dir, out_dir=COURSE_ENCODER_DIR) -> Path:
     """Export a run's latest checkpoint as a model folder, with the stats known so far.
 
@@ -376,26 +423,16 @@ def export_checkpoint(run_dir, out_dir=COURSE_ENCODER_DIR) -> Path:
              tokenizer.cls_token_id, tokenizer.sep_token_id)[: args["batch_size"]].astype(np.int64))
     flops_per_token = flops_per_step(model, batch, tokenizer) / tokens_per_step
     matmul = max(ck.get("matmul", 0.0), speed.matmul_flops_per_second())
-    wall, seen = ck["elapsed"], ck["tokens_seen"]
+    wall = ck["elapsed"]
     budget = args["max_minutes"] * 60 if args.get("max_minutes") and not ck["total_steps"] else None
-    stats = {
-        "shape": ck["shape"], "params": count_params(model), "steps": ck["step"],
-        "batch_size": args["batch_size"], "tokens_seen": seen,
-        "train_tokens": int(len(token_ids("train", args["corpus"], tokenizer))),
-        "wall_seconds": round(wall, 1), "tokens_per_second": round(seen / wall, 1),
-        "flops_per_step": flops_per_token * tokens_per_step, "flops_per_token": flops_per_token,
-        "achieved_flops_per_second": flops_per_token * seen / wall,
-        "matmul_flops_per_second": matmul,
-        "matmul_ratio": round(flops_per_token * seen / wall / matmul, 3),
-        "final_loss": ck["history"][-1][-1] if ck["history"] else None,
-        "loss_history": ck["history"], "lr": args["lr"], "warmup_steps": args["warmup_steps"],
-        "threads": args["threads"], "seed": args["seed"],
+    stats = run_stats(args, shape, count_params(model), ck["step"], ck["tokens_seen"],
+                      int(len(token_ids("train", args["corpus"], tokenizer))), wall, flops_per_token,
+                      matmul, ck["history"])
+    stats.update({
         "schedule_done": round(wall / budget, 3) if budget else round(ck["step"] / ck["total_steps"], 3),
-        "command": "python -m ftcourse.pretrain train --max-minutes "
-                   f"{args['max_minutes']} --resume",
+        "command": f"python -m ftcourse.pretrain train --max-minutes {args['max_minutes']} --resume",
         "partial": True,
-    }
-    stats["epochs"] = round(seen / (stats["train_tokens"] * shape.seq_len / (shape.seq_len - 2)), 3)
+    })
     export(model, tokenizer, Path(out_dir), stats)
     return Path(out_dir)
 
@@ -409,7 +446,8 @@ def train(args) -> dict:
     run_dir = Path(args.run_dir)
     ckpt_path = run_dir / "checkpoint.pt"
 
-    model = build_model(shape, tokenizer, seed=args.seed, position_init=args.position_init)
+    model = build_model(shape, tokenizer, seed=args.seed, position_init=args.position_init,
+                        attention_init=args.attention_init)
     opt = make_optimizer(model, args.lr, args.weight_decay)
     batches = Batches(ids, tokenizer, shape.seq_len, args.batch_size, args.seed)
     step, tokens_seen, elapsed, total = 0, 0, 0.0, args.steps
@@ -513,20 +551,12 @@ def train(args) -> dict:
     # The yardstick again at the end: the cores are shared, take the better of two readings.
     matmul = max(matmul, speed.matmul_flops_per_second())
     run_wall = wall()
-    stats = {
-        "shape": asdict(shape), "params": params, "steps": step, "batch_size": args.batch_size,
-        "tokens_seen": tokens_seen, "train_tokens": int(len(ids)),
-        "epochs": round(tokens_seen / (len(ids) * shape.seq_len / (shape.seq_len - 2)), 2),
-        "wall_seconds": round(run_wall, 1), "tokens_per_second": round(tokens_seen / run_wall, 1),
-        "flops_per_step": step_flops, "flops_per_token": step_flops / tokens_per_step,
-        "achieved_flops_per_second": step_flops / tokens_per_step * tokens_seen / run_wall,
-        "matmul_flops_per_second": matmul,
-        "matmul_ratio": round(step_flops / tokens_per_step * tokens_seen / run_wall / matmul, 3),
-        "final_loss": history[-1][2] if history else round(loss_v, 4), "loss_history": history,
-        "lr": args.lr, "warmup_steps": warmup, "threads": args.threads, "seed": args.seed,
-        "command": "python -m ftcourse.pretrain " + " ".join(sys.argv[1:] if args.argv is None
-                                                             else args.argv),
-    }
+    if not history:
+        history.append((step, round(run_wall, 1), round(loss_v, 4)))
+    stats = run_stats(vars(args), shape, params, step, tokens_seen, int(len(ids)), run_wall,
+                      step_flops / tokens_per_step, matmul, history)
+    stats["command"] = "python -m ftcourse.pretrain " + " ".join(
+        sys.argv[1:] if args.argv is None else args.argv)
     if args.out:
         export(model, tokenizer, Path(args.out), stats)
         print(f"Saved {args.out}", file=sys.stderr)
@@ -604,89 +634,29 @@ def unigram_baseline(split: str = "test", n_blocks: "int | None" = None, seed: i
 # Frozen-feature probe (for the model card): which layer knows about named entities?
 
 
-def _read_conll(path: Path, limit: int):
-    sents, words, tags = [], [], []
-    for line in open(path, encoding="utf-8"):
-        line = line.strip()
-        if not line or line.startswith("-DOCSTART-"):
-            if words:
-                sents.append((words, tags))
-                words, tags = [], []
-                if len(sents) >= limit:
-                    break
-            continue
-        parts = line.split()
-        words.append(parts[0])
-        tags.append(parts[-1])
-    if words and len(sents) < limit:
-        sents.append((words, tags))
-    return sents
+def probe_ner(model_dir=COURSE_ENCODER_DIR, profile="offline", seed: int = 0) -> dict:
+    """Lesson 2's linear probe on every layer of the frozen encoder: CoNLL-2003 entity F1
+    (seqeval, x100) by layer, 0 being the embedding output (no context at all).
 
-
-@torch.no_grad()
-def _word_features(model, tokenizer, sents, max_length=128):
-    """Per layer, the hidden state of each word's first subtoken."""
-    feats, labels = None, []
-    for i in range(0, len(sents), 32):
-        chunk = sents[i : i + 32]
-        enc = tokenizer([w for w, _ in chunk], is_split_into_words=True, truncation=True,
-                        max_length=max_length, padding=True, return_tensors="pt")
-        hs = model(**enc, output_hidden_states=True).hidden_states  # (layers+1) x (B, T, H)
-        for b, (words, tags) in enumerate(chunk):
-            seen, rows = set(), []
-            for t, w in enumerate(enc.word_ids(b)):
-                if w is not None and w not in seen:
-                    seen.add(w)
-                    rows.append(t)
-                    labels.append(tags[w])
-            per_layer = [h[b, rows] for h in hs]
-            feats = [per_layer] if feats is None else feats + [per_layer]
-    return [torch.cat([f[layer] for f in feats]) for layer in range(len(feats[0]))], labels
-
-
-def probe_ner(model_dir=COURSE_ENCODER_DIR, data=None, n_train: int = 1000, n_eval: int = 500,
-              epochs: int = 100, seed: int = 0) -> dict:
-    """Linear (softmax) probe on frozen features of every layer: CoNLL-2003 NER tags.
-
-    Scores are token accuracy and micro-F1 over the non-O word tags of ``n_eval``
-    validation sentences. Layer 0 is the embedding output (no context at all).
+    The probe, the data sizes and the scoring are exactly lesson 2's (``ftcourse.readout``
+    under ``profile``), so the model card and the lesson report the same figures.
     """
     from transformers import AutoModel
 
-    folder = Path(data or (os.environ.get("FTCOURSE_DATA") or "")) / "conll2003"
-    train_s = _read_conll(folder / "train.txt", n_train)
-    eval_s = _read_conll(folder / "validation.txt", n_eval)
+    from . import config, data, readout
+
+    profile = config.get_profile(profile)
     model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     tokenizer = load_tokenizer(model_dir)
-    xtr, ytr = _word_features(model, tokenizer, train_s)
-    xev, yev = _word_features(model, tokenizer, eval_s)
-    names = sorted(set(ytr) | set(yev))
-    ytr = torch.tensor([names.index(t) for t in ytr])
-    yev = torch.tensor([names.index(t) for t in yev])
-    o = names.index("O")
-    out = {}
-    for layer, (a, b) in enumerate(zip(xtr, xev)):
-        mu, sd = a.mean(0), a.std(0) + 1e-5
-        a, b = (a - mu) / sd, (b - mu) / sd
-        torch.manual_seed(seed)
-        lin = torch.nn.Linear(a.shape[1], len(names))
-        opt = torch.optim.LBFGS(lin.parameters(), max_iter=epochs, line_search_fn="strong_wolfe")
-
-        def closure():
-            opt.zero_grad()
-            loss = F.cross_entropy(lin(a), ytr) + 1e-3 * lin.weight.pow(2).sum()
-            loss.backward()
-            return loss
-
-        with torch.enable_grad():
-            opt.step(closure)
-        pred = lin(b).argmax(-1)
-        tp = ((pred == yev) & (yev != o)).sum().item()
-        p_pos, g_pos = (pred != o).sum().item(), (yev != o).sum().item()
-        f1 = 2 * tp / max(1, p_pos + g_pos)
-        out[layer] = {"token_accuracy": round((pred == yev).float().mean().item(), 4),
-                      "entity_token_f1": round(f1, 4)}
-    return out
+    conll = data.load_conll2003(profile)
+    train_features, validation_features = (
+        readout.extract_features(model, tokenizer, conll[split], max_length=profile.max_length, progress=False)
+        for split in ("train", "validation"))
+    names = readout.layer_readouts(model.config.num_hidden_layers)
+    results = readout.evaluate_readouts(train_features, validation_features, names, profile,
+                                        head="linear", seed=seed, progress=False)
+    return {"train_sentences": len(conll["train"]), "validation_sentences": len(conll["validation"]),
+            "entity_f1_by_layer": [round(results[name].f1, 1) for name in names]}
 
 
 # ----------------------------------------------------------------------------------------
@@ -777,16 +747,17 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
                          f"| {r['val_acc']:.3f} | {r['val_ppl']:.0f} |")
         lines.append("")
     if probe:
+        f1 = probe["entity_f1_by_layer"]
         lines += [
             "## Which layer knows about entities?", "",
-            "A linear (softmax) probe on frozen features, first subtoken of each word, trained on "
-            "1000 CoNLL-2003 train sentences, scored on 500 validation sentences (`probe_ner`). "
+            "Lesson 2's linear probe on frozen features (`probe_ner`): the first subtoken of each "
+            f"word, {probe['train_sentences']:,} CoNLL-2003 train sentences, scored on "
+            f"{probe['validation_sentences']:,} validation sentences by entity F1 (seqeval, x100). "
             "Layer 0 is the embedding output (no context).", "",
-            "| layer | token accuracy | entity-token F1 |", "|---|---|---|",
+            "| layer | " + " | ".join(str(k) for k in range(len(f1))) + " |",
+            "|---" * (len(f1) + 1) + "|",
+            "| entity F1 | " + " | ".join(f"{x:.1f}" for x in f1) + " |", "",
         ]
-        for layer, r in probe.items():
-            lines.append(f"| {layer} | {r['token_accuracy']:.3f} | {r['entity_token_f1']:.3f} |")
-        lines.append("")
     text = "\n".join(lines)
     (model_dir / "README.md").write_text(text)
     return text
@@ -812,6 +783,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--dropout", type=float, default=0.0)
     t.add_argument("--position-init", choices=POSITION_INITS, default="random",
                    help="how the learned position embeddings start (default: BERT's random)")
+    t.add_argument("--attention-init", choices=ATTENTION_INITS, default="random",
+                   help="how query/key maps start (default: BERT's random)")
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--weight-decay", type=float, default=0.01)
@@ -839,9 +812,7 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("probe", help="frozen-feature linear NER probe per layer (CoNLL-2003)")
     r.add_argument("model_dir", nargs="?", default=str(COURSE_ENCODER_DIR))
-    r.add_argument("--data", help="folder holding conll2003/ (default: $FTCOURSE_DATA)")
-    r.add_argument("--n-train", type=int, default=1000)
-    r.add_argument("--n-eval", type=int, default=500)
+    r.add_argument("--profile", default="offline", help="sizes and probe settings (lesson 2's)")
 
     x = sub.add_parser("export", help="export a run's latest checkpoint as a model folder")
     x.add_argument("--run-dir", default=str(REPO_ROOT / "runs" / "pretrain"))
@@ -880,7 +851,7 @@ def main(argv=None) -> int:
             print(write_model_card(args.model_dir, args.corpus, probe, search, notes=notes,
                                    n_blocks=args.n_blocks or None))
         elif args.command == "probe":
-            print(json.dumps(probe_ner(args.model_dir, args.data, args.n_train, args.n_eval), indent=2))
+            print(json.dumps(probe_ner(args.model_dir, args.profile), indent=2))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -186,3 +186,35 @@ def test_sinusoidal_position_init():
     assert cosine(table[5], table[6], dim=0) > cosine(table[5], table[15], dim=0)
     with pytest.raises(ConfigError, match="position_init"):
         pretrain.build_model(shape, tokenizer, position_init="rotary")
+
+
+def _first_layer_attention(model, x):
+    model.config._attn_implementation = "eager"  # sdpa does not return the weights
+    with torch.no_grad():
+        return model.bert(input_ids=x, output_attentions=True).attentions[0]  # (B, heads, T, T)
+
+
+def test_mimetic_attention_init_breaks_uniform_attention():
+    tokenizer = pretrain.load_tokenizer()
+    shape = pretrain.Shape(layers=2, hidden=64, heads=2, intermediate=128, seq_len=32)
+    x = torch.randint(2000, 20000, (2, 32))
+    entropy = {}
+    for init in ("random", "mimetic"):
+        model = pretrain.build_model(shape, tokenizer, attention_init=init).eval()
+        attention = _first_layer_attention(model, x)
+        entropy[init] = -(attention * attention.clamp_min(1e-9).log()).sum(-1).mean().item()
+    uniform = torch.log(torch.tensor(32.0)).item()
+    # BERT's N(0, 0.02) start attends uniformly: q.k is ~0 for every pair.
+    assert abs(entropy["random"] - uniform) < 0.01
+    # The mimetic start (W_q W_k^T ~ I) already prefers similar tokens, itself first.
+    assert entropy["mimetic"] < uniform - 0.5
+    with pytest.raises(ConfigError, match="attention_init"):
+        pretrain.build_model(shape, tokenizer, attention_init="orthogonal")
+
+
+def test_probe_ner_scores_every_layer(shared_data):
+    probe = pretrain.probe_ner(profile="smoke")
+    layers = pretrain._load_mlm(COURSE_ENCODER_DIR)[0].config.num_hidden_layers
+    assert probe["train_sentences"] == probe["validation_sentences"] == 64
+    f1 = probe["entity_f1_by_layer"]
+    assert len(f1) == layers + 1 and all(0 <= x <= 100 for x in f1)
