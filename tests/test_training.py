@@ -97,3 +97,19 @@ def test_predict_keeps_dataset_order(tiny_bert, tokenizer):
     model = heads.TaskModel(tiny_bert, heads.SentenceClassifier(32, 2))
     logits, labels = training.predict(model, data, batch_size=3)
     assert [int(label) for label in labels] == data["labels"]
+
+
+def test_peak_memory_of_a_run_after_a_bigger_one():
+    # The allocator keeps what the first block freed; the second block's peak must still show.
+    def allocate(floats):
+        blocks = [torch.ones(floats) for _ in range(10)]
+        return sum(b[0].item() for b in blocks)
+
+    for _ in range(2):  # freeing mmap'ed blocks raises glibc's mmap threshold: later ones stay in the heap
+        with training.peak_memory() as big:
+            allocate(4_000_000)
+    with training.peak_memory() as small:
+        allocate(2_000_000)
+    expected = 10 * 2_000_000 * 4
+    assert big["bytes"] >= 1.5 * expected
+    assert 0.8 * expected <= small["bytes"] <= 1.5 * expected
