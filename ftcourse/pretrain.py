@@ -12,6 +12,8 @@ trained to guess them back.
 
 The corpus is read in place from ``$FTCOURSE_CORPUS/wikitext-2-raw/`` (or ``--corpus``).
 Only the *train* split is ever trained on; *test* is for the model card's held-out numbers.
+``--extra-text sst2 conll2003 stsb`` adds those benchmarks' train-split sentences (read from
+``$FTCOURSE_DATA``, labels dropped): in-domain text for the lessons' tasks.
 
 What makes it fast enough on a CPU:
 
@@ -116,24 +118,73 @@ def load_tokenizer(path: "str | Path | None" = None):
 
 
 def token_ids(split: str = "train", corpus=None, tokenizer=None) -> np.ndarray:
-    """The whole split as one stream of WordPiece ids (no special tokens), cached as .npy.
+    """A WikiText-2 split as one stream of WordPiece ids (no special tokens), cached."""
+    path = split_file(find_corpus(corpus), split)
+    return _cached_ids(f"{split}", path, lambda: read_paragraphs(path), tokenizer or load_tokenizer())
+
+
+# Downstream benchmarks whose *train* text (never labels, never other splits) may join the
+# corpus: domain-adaptive pretraining (Gururangan et al., 2020), as BERT users do before
+# fine-tuning on a domain its Wikipedia + books corpus barely covers.
+EXTRA_TEXT = ("conll2003", "sst2", "stsb")
+
+
+def _extra_text_file(name: str, data=None) -> Path:
+    from . import data as benchmarks
+    from .config import data_dir
+
+    if name not in EXTRA_TEXT:
+        raise ConfigError(f"Unknown extra text {name!r}. Fix: use some of {', '.join(EXTRA_TEXT)}.")
+    base = Path(data).expanduser() if data else data_dir()
+    if base is None:
+        raise ConfigError(f"Extra text {name!r} is read from $FTCOURSE_DATA, which is not set. "
+                          "Fix: set FTCOURSE_DATA (or --data) to the folder holding conll2003/, sst2/, stsb/.")
+    path = base / name / benchmarks.LOCAL_FILES[name]["train"]
+    if not path.is_file():
+        raise ConfigError(f"No {name} train split at {path}. Fix: point FTCOURSE_DATA (or --data) "
+                          "at the benchmarks folder (e.g. ../shared/datasets).")
+    return path
+
+
+def extra_paragraphs(name: str, data=None) -> list[str]:
+    """The text of benchmark ``name``'s train split, one sentence a line; labels dropped."""
+    from . import data as benchmarks
+
+    path = _extra_text_file(name, data)
+    columns = benchmarks.READERS[name](path)
+    if name == "conll2003":
+        return [" ".join(words) for words in columns["tokens"]]
+    if name == "sst2":
+        return columns["sentence"]
+    return [sentence for pair in zip(columns["sentence1"], columns["sentence2"]) for sentence in pair]
+
+
+def training_ids(corpus=None, tokenizer=None, extra=(), data=None) -> np.ndarray:
+    """What pretraining reads: WikiText-2 train, then each ``extra`` benchmark's train text."""
+    tokenizer = tokenizer or load_tokenizer()
+    parts = [token_ids("train", corpus, tokenizer)]
+    for name in extra:
+        parts.append(_cached_ids(f"{name}-train", _extra_text_file(name, data),
+                                 lambda n=name: extra_paragraphs(n, data), tokenizer))
+    return np.concatenate(parts)
+
+
+def _cached_ids(label: str, path: Path, paragraphs, tokenizer) -> np.ndarray:
+    """Tokenize ``paragraphs()`` into one id stream, cached under $FTCOURSE_CACHE.
 
     Tokenizing 2M words takes a while on 2 cores, and the result never changes for a given
-    file and vocabulary, so it is kept under $FTCOURSE_CACHE keyed by both.
+    file and vocabulary, so it is kept keyed by both.
     """
-    path = split_file(find_corpus(corpus), split)
-    tokenizer = tokenizer or load_tokenizer()
     stat = path.stat()
     vocab_key = hashlib.sha1("\n".join(sorted(tokenizer.get_vocab())).encode()).hexdigest()
     key = hashlib.sha1(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{vocab_key}".encode())
-    cached = cache_dir() / "pretrain" / f"{split}-{key.hexdigest()[:16]}.npy"
+    cached = cache_dir() / "pretrain" / f"{label}-{key.hexdigest()[:16]}.npy"
     if cached.is_file():
         return np.load(cached)
-    paragraphs = read_paragraphs(path)
+    texts = paragraphs()
     ids = []
-    for i in range(0, len(paragraphs), 2000):
-        enc = tokenizer(paragraphs[i : i + 2000], add_special_tokens=False)["input_ids"]
-        for seq in enc:
+    for i in range(0, len(texts), 2000):
+        for seq in tokenizer(texts[i : i + 2000], add_special_tokens=False)["input_ids"]:
             ids.extend(seq)
     arr = np.asarray(ids, dtype=np.int32)
     cached.parent.mkdir(parents=True, exist_ok=True)
@@ -402,7 +453,7 @@ def run_stats(args: dict, shape: Shape, params: dict, steps: int, tokens_seen: i
         "matmul_flops_per_second": matmul, "matmul_ratio": round(achieved / matmul, 3),
         "final_loss": history[-1][-1] if history else None, "loss_history": history,
         "lr": args["lr"], "warmup_steps": args["warmup_steps"], "threads": args["threads"],
-        "seed": args["seed"],
+        "seed": args["seed"], "extra_text": list(args.get("extra_text") or []),
     }
 
 
@@ -414,19 +465,20 @@ def export_checkpoint(run_dir, out_dir=COURSE_ENCODER_DIR) -> Path:
     """
     ck = torch.load(Path(run_dir) / "checkpoint.pt", weights_only=False)
     args, tokenizer = ck["args"], load_tokenizer()
+    extra = args.get("extra_text") or ()
     shape = Shape(**ck["shape"])
     model = build_model(shape, tokenizer)
     model.load_state_dict(ck["model"])
     tokens_per_step = args["batch_size"] * shape.seq_len
     batch = torch.from_numpy(
-        pack(token_ids("train", args["corpus"], tokenizer), shape.seq_len,
+        pack(training_ids(args["corpus"], tokenizer, extra, args.get("data")), shape.seq_len,
              tokenizer.cls_token_id, tokenizer.sep_token_id)[: args["batch_size"]].astype(np.int64))
     flops_per_token = flops_per_step(model, batch, tokenizer) / tokens_per_step
     matmul = max(ck.get("matmul", 0.0), speed.matmul_flops_per_second())
     wall = ck["elapsed"]
     budget = args["max_minutes"] * 60 if args.get("max_minutes") and not ck["total_steps"] else None
     stats = run_stats(args, shape, count_params(model), ck["step"], ck["tokens_seen"],
-                      int(len(token_ids("train", args["corpus"], tokenizer))), wall, flops_per_token,
+                      int(len(training_ids(args["corpus"], tokenizer, extra, args.get("data")))), wall, flops_per_token,
                       matmul, ck["history"])
     stats.update({
         "schedule_done": round(wall / budget, 3) if budget else round(ck["step"] / ck["total_steps"], 3),
@@ -440,7 +492,7 @@ def export_checkpoint(run_dir, out_dir=COURSE_ENCODER_DIR) -> Path:
 def train(args) -> dict:
     torch.set_num_threads(args.threads)
     tokenizer = load_tokenizer()
-    ids = token_ids("train", args.corpus, tokenizer)  # train split only, ever
+    ids = training_ids(args.corpus, tokenizer, args.extra_text, args.data)  # train splits only, ever
     shape = Shape(args.layers, args.hidden, args.heads, args.intermediate, args.seq_len,
                   args.dropout)
     run_dir = Path(args.run_dir)
@@ -458,6 +510,10 @@ def train(args) -> dict:
         if ck["shape"] != asdict(shape):
             raise ConfigError(f"Checkpoint {ckpt_path} has shape {ck['shape']}, not "
                               f"{asdict(shape)}. Fix: pass the same shape options, or a new --run-dir.")
+        if list(ck["args"].get("extra_text") or []) != list(args.extra_text):
+            raise ConfigError(f"Checkpoint {ckpt_path} was trained with --extra-text "
+                              f"{ck['args'].get('extra_text') or []}, not {args.extra_text}. Fix: "
+                              "pass the same --extra-text, or a new --run-dir.")
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         torch.set_rng_state(ck["torch_rng"])
@@ -673,6 +729,7 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
     model_dir = Path(model_dir)
     st = json.loads((model_dir / "training_stats.json").read_text())
     sh, params = st["shape"], st["params"]
+    extra = st.get("extra_text") or []
     res = evaluate_mlm(model_dir, "test", n_blocks, seed, corpus)
     base = unigram_baseline("test", n_blocks, seed, corpus, seq_len=sh["seq_len"])
     size_mb = (model_dir / "model.safetensors").stat().st_size / 1e6
@@ -699,10 +756,12 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
         "one, so read `last_hidden_state`, not `pooler_output`. Pretraining used no dropout; "
         f"the config sets BERT's {FINETUNE_DROPOUT} for whoever fine-tunes it.", "",
         "## Training", "",
-        f"- Corpus: WikiText-2 (raw) *train* split only ({st['train_tokens']:,} WordPiece "
-        "tokens; headings dropped, `@-@`-style escapes undone), packed into blocks "
-        f"`[CLS] {sh['seq_len'] - 2} tokens [SEP]` with no padding. Validation and test were "
-        "never trained on.",
+        "- Corpus: WikiText-2 (raw) *train* split (headings dropped, `@-@`-style escapes "
+        "undone)" + (f", then the train-split text of {', '.join(extra)} (sentences only, no "
+                     "labels: domain-adaptive pretraining for the lessons' benchmarks)" if extra else "")
+        + f"; {st['train_tokens']:,} WordPiece tokens in all, packed into blocks "
+        f"`[CLS] {sh['seq_len'] - 2} tokens [SEP]` with no padding. No validation or test split "
+        "was ever trained on.",
         "- Objective: masked language modelling as in BERT: 15% of tokens chosen, 80% of them "
         "[MASK], 10% a random token, 10% unchanged; the loss counts the chosen positions "
         "only, and the output head is computed only there. No next-sentence prediction.",
@@ -726,7 +785,7 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
         f"{sample}, "
         "15% of its tokens replaced by [MASK] (fixed seed), top-1 accuracy and perplexity over "
         f"those {res['masked_tokens']:,} positions. The unigram baseline "
-        "(`unigram_baseline`) knows only training-set token frequencies: it always guesses "
+        "(`unigram_baseline`) knows only the token frequencies of WikiText-2 train: it always guesses "
         f"`{base['most_frequent']}` and scores with the add-one-smoothed unigram distribution.", "",
         "| | MLM accuracy | perplexity |", "|---|---|---|",
         f"| ftcourse-bert-mini | {res['accuracy']:.3f} | {res['perplexity']:.1f} |",
@@ -775,6 +834,9 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="MLM-pretrain a small BERT on wikitext-2-raw train",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     t.add_argument("--corpus", help="folder holding wikitext-2-raw/ (default: $FTCOURSE_CORPUS)")
+    t.add_argument("--extra-text", nargs="*", choices=EXTRA_TEXT, default=[],
+                   help="also read these benchmarks' train-split text (no labels)")
+    t.add_argument("--data", help="folder holding the benchmarks (default: $FTCOURSE_DATA)")
     t.add_argument("--layers", type=int, default=4)
     t.add_argument("--hidden", type=int, default=256)
     t.add_argument("--heads", type=int, default=4)

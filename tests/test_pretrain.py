@@ -218,3 +218,25 @@ def test_probe_ner_scores_every_layer(shared_data):
     assert probe["train_sentences"] == probe["validation_sentences"] == 64
     f1 = probe["entity_f1_by_layer"]
     assert len(f1) == layers + 1 and all(0 <= x <= 100 for x in f1)
+
+
+def test_extra_text_is_train_text_without_labels(shared_data):
+    from ftcourse.data import read_conll
+
+    sst2 = pretrain.extra_paragraphs("sst2")
+    assert len(sst2) == 67_349 and not any(s.endswith(("\t0", "\t1")) for s in sst2[:1000])
+    conll = pretrain.extra_paragraphs("conll2003")
+    assert conll[0] == "EU rejects German call to boycott British lamb ."  # words only, no tags
+    # Only train text may join the corpus: validation sentences are never read.
+    validation = {" ".join(w) for w in read_conll(shared_data / "conll2003" / "validation.txt")["tokens"]}
+    assert len(set(conll) & validation) < 0.05 * len(validation)  # only stock lines like "LONDON 1996-08-30"
+
+
+def test_extra_text_errors_name_the_fix(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="use some of"):
+        pretrain.extra_paragraphs("imdb")
+    monkeypatch.delenv("FTCOURSE_DATA", raising=False)
+    with pytest.raises(ConfigError, match="FTCOURSE_DATA"):
+        pretrain.extra_paragraphs("sst2")
+    with pytest.raises(ConfigError, match=r"No sst2 train split"):
+        pretrain.extra_paragraphs("sst2", data=tmp_path)
