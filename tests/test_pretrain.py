@@ -212,6 +212,22 @@ def test_mimetic_attention_init_breaks_uniform_attention():
         pretrain.build_model(shape, tokenizer, attention_init="orthogonal")
 
 
+def test_neighbour_init_reads_the_previous_and_next_token():
+    tokenizer = pretrain.load_tokenizer()
+    shape = pretrain.Shape(layers=2, hidden=64, heads=2, intermediate=128, seq_len=32)
+    x = torch.randint(2000, 20000, (4, 32))
+    x[:, 5:25:3] = tokenizer.mask_token_id  # a [MASK] has no word of its own to go by
+    model = pretrain.build_model(shape, tokenizer, attention_init="neighbour").eval()
+    attention = _first_layer_attention(model, x)
+    previous, following = attention[:, 0].diagonal(-1, 1, 2), attention[:, 1].diagonal(1, 1, 2)
+    assert previous.mean() > 0.3 and following.mean() > 0.3  # uniform would be 1/32
+    # The argmax is the neighbour for (nearly) every query, masked or not.
+    assert (attention[:, 0, 1:].argmax(-1) == torch.arange(31)).float().mean() > 0.9
+    # Later layers keep BERT's start.
+    later = model.bert.encoder.layer[1].attention.self.query.weight
+    assert abs(later.std().item() - model.config.initializer_range) < 0.003
+
+
 def test_probe_ner_scores_every_layer(shared_data):
     probe = pretrain.probe_ner(profile="smoke")
     layers = pretrain._load_mlm(COURSE_ENCODER_DIR)[0].config.num_hidden_layers
