@@ -796,9 +796,10 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
               f"{n_blocks} packed test blocks of {sh['seq_len']} tokens (seeded sample)")
     lines = [
         "---", "language: en", "library_name: transformers", "pipeline_tag: fill-mask",
-        "datasets: [wikitext]", "---", "",
+        f"datasets: [{', '.join(['wikitext', *extra])}]", "---", "",
         "# ftcourse-bert-mini", "",
-        "A small BERT, MLM-pretrained from scratch by the course on WikiText-2 on 2 CPU cores. "
+        "A small BERT, MLM-pretrained from scratch by the course on WikiText-2"
+        + (" and the training sentences of the lessons' benchmarks" if extra else "") + " on 2 CPU cores. "
         "It is the *raw* encoder of the offline profile: no sentence or task training at all, "
         "so that each lesson can show what adaptation adds. It knows frequent English patterns, "
         "not the world: expect grammar and function words, not facts.", "",
@@ -835,10 +836,8 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
                       "Trockman & Kolter, 2023).",
            "neighbour": ", except layer 0's first two heads, started as a previous-token and a "
                         "next-token head over a rotation-structured position table "
-                        "(`neighbour_heads_`). From BERT's start attention is uniform, and on 2 "
-                        "CPU cores the model never left that plateau: after 6,239 steps no head "
-                        "attended to a neighbour and held-out accuracy equalled the unigram "
-                        "baseline's. Every weight still trains from there."}[st.get("attention_init", "random")],
+                        "(`neighbour_heads_`), to skip the plateau where attention stays uniform. "
+                        "Every weight trains from there."}[st.get("attention_init", "random")],
         f"- {st['steps']:,} steps, {st['tokens_seen']:,} tokens seen ({st['epochs']} epochs), "
         f"wall time {st['wall_seconds'] / 60:.1f} min on {st['threads']} CPU threads "
         "(wall time counts only while training ran), "
