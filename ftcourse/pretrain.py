@@ -491,6 +491,11 @@ def export(model, tokenizer, out_dir: Path, stats: dict) -> None:
     # Position embeddings stop at seq_len: truncating there must be the tokenizer's default.
     tokenizer.model_max_length = model.config.max_position_embeddings
     tokenizer.save_pretrained(out_dir)
+    # Saving records how the tokenizer was loaded (offline here); that is not the model's business.
+    tokenizer_config = out_dir / "tokenizer_config.json"
+    settings = json.loads(tokenizer_config.read_text())
+    settings.pop("local_files_only", None)
+    tokenizer_config.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
     (out_dir / "training_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
 
 

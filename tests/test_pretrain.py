@@ -131,6 +131,8 @@ def test_two_step_run_checkpoints_and_resumes(tiny_corpus):
     resumed = torch.load(ckpt, weights_only=False)
     assert resumed["step"] == 2 and resumed["tokens_seen"] == 2 * 4 * 32
     assert (tmp / "run" / "model" / "model.safetensors").is_file()
+    tokenizer_config = (tmp / "run" / "model" / "tokenizer_config.json").read_text()
+    assert "local_files_only" not in tokenizer_config  # how we loaded it is not the model's business
     # Same data, same masks, same optimizer state: identical to an uninterrupted run.
     assert pretrain.main(_tiny_args(tmp, "straight")) == 0
     straight = torch.load(tmp / "straight" / "checkpoint.pt", weights_only=False)
