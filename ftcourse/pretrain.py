@@ -120,7 +120,7 @@ def load_tokenizer(path: "str | Path | None" = None):
 def token_ids(split: str = "train", corpus=None, tokenizer=None) -> np.ndarray:
     """A WikiText-2 split as one stream of WordPiece ids (no special tokens), cached."""
     path = split_file(find_corpus(corpus), split)
-    return _cached_ids(f"{split}", path, lambda: read_paragraphs(path), tokenizer or load_tokenizer())
+    return _cached_ids(split, path, lambda: read_paragraphs(path), tokenizer or load_tokenizer())
 
 
 # Downstream benchmarks whose *train* text (never labels, never other splits) may join the
@@ -534,19 +534,22 @@ def export_checkpoint(run_dir, out_dir=COURSE_ENCODER_DIR) -> Path:
     model = build_model(shape, tokenizer)
     model.load_state_dict(ck["model"])
     tokens_per_step = args["batch_size"] * shape.seq_len
+    ids = training_ids(args["corpus"], tokenizer, extra, args.get("data"))
     batch = torch.from_numpy(
-        pack(training_ids(args["corpus"], tokenizer, extra, args.get("data")), shape.seq_len,
-             tokenizer.cls_token_id, tokenizer.sep_token_id)[: args["batch_size"]].astype(np.int64))
+        pack(ids, shape.seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id)[: args["batch_size"]].astype(np.int64))
     flops_per_token = flops_per_step(model, batch, tokenizer) / tokens_per_step
     matmul = max(ck.get("matmul", 0.0), speed.matmul_flops_per_second())
     wall = ck["elapsed"]
     budget = args["max_minutes"] * 60 if args.get("max_minutes") and not ck["total_steps"] else None
     stats = run_stats(args, shape, count_params(model), ck["step"], ck["tokens_seen"],
-                      int(len(training_ids(args["corpus"], tokenizer, extra, args.get("data")))), wall, flops_per_token,
+                      int(len(ids)), wall, flops_per_token,
                       matmul, ck["history"])
     stats.update({
         "schedule_done": round(wall / budget, 3) if budget else round(ck["step"] / ck["total_steps"], 3),
-        "command": f"python -m ftcourse.pretrain train --max-minutes {args['max_minutes']} --resume",
+        # The run's own command line, to finish it; older checkpoints did not record it.
+        "command": "python -m ftcourse.pretrain "
+                   + (" ".join(args["argv"]) + ("" if "--resume" in args["argv"] else " --resume")
+                      if args.get("argv") else f"train --max-minutes {args['max_minutes']} --resume"),
         "partial": True,
     })
     export(model, tokenizer, Path(out_dir), stats)
@@ -675,8 +678,7 @@ def train(args) -> dict:
         history.append((step, round(run_wall, 1), round(loss_v, 4)))
     stats = run_stats(vars(args), shape, params, step, tokens_seen, int(len(ids)), run_wall,
                       step_flops / tokens_per_step, matmul, history)
-    stats["command"] = "python -m ftcourse.pretrain " + " ".join(
-        sys.argv[1:] if args.argv is None else args.argv)
+    stats["command"] = "python -m ftcourse.pretrain " + " ".join(args.argv)
     if args.out:
         export(model, tokenizer, Path(args.out), stats)
         print(f"Saved {args.out}", file=sys.stderr)
@@ -969,7 +971,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "train":
-            args.argv = argv
+            args.argv = list(sys.argv[1:] if argv is None else argv)  # for the card and for export
             train(args)
         elif args.command == "eval":
             torch.set_num_threads(2)

@@ -8,6 +8,7 @@ skipped, saying so, where the corpus is absent. Everything else runs anywhere, o
 from __future__ import annotations
 
 import gzip
+import json
 import os
 
 import pytest
@@ -124,6 +125,11 @@ def test_two_step_run_checkpoints_and_resumes(tiny_corpus):
     assert pretrain.main(_tiny_args(tmp, "run", "--stop-after-steps", "1")) == 0
     assert torch.load(ckpt, weights_only=False)["step"] == 1
     assert not (tmp / "run" / "model").exists()
+    # A stopped run can be exported as it stands; its card says how to finish it.
+    partial = pretrain.export_checkpoint(tmp / "run", tmp / "partial")
+    stats = json.loads((partial / "training_stats.json").read_text())
+    assert stats["partial"] and stats["steps"] == 1 and stats["schedule_done"] == 0.5
+    assert "--steps 2" in stats["command"] and stats["command"].endswith("--resume")
     # Starting again without --resume would silently throw the run away: refused.
     assert pretrain.main(_tiny_args(tmp, "run")) == 2
     # --resume continues from step 1 to the end and exports the model.
