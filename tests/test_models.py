@@ -16,12 +16,34 @@ def test_offline_sentence_model_is_packaged():
     assert tok("hello world")["input_ids"][0] == tok.cls_token_id
 
 
-def test_offline_encoder_loads_without_network(recwarn):
+def test_offline_encoder_is_the_packaged_minilm_backbone():
+    assert models.model_source("encoder", "offline") == str(models.packaged_sentence_model_dir())
     encoder = models.load_encoder("offline", add_pooling_layer=False)
+    assert encoder.config.model_type == "bert"
+    assert (encoder.config.num_hidden_layers, encoder.config.hidden_size, encoder.config.vocab_size) == (6, 384, 30522)
+
+
+def test_offline_raw_encoder_is_the_course_encoder(recwarn):
+    encoder = models.load_raw_encoder("offline", add_pooling_layer=False)
     assert encoder.config.model_type == "bert"
     assert encoder.config.vocab_size == 30522
     if models.course_encoder_available():
-        assert models.model_source("encoder", "offline") == str(config.COURSE_ENCODER_DIR)
+        assert models.model_source("raw_encoder", "offline") == str(config.COURSE_ENCODER_DIR)
+
+
+def test_paper_profile_adapts_and_reads_bert_base():
+    assert models.model_source("encoder", "paper") == models.model_source("raw_encoder", "paper") == "bert-base-uncased"
+
+
+def test_load_encoder_refuses_a_non_encoder_role():
+    with pytest.raises(models.UnknownRoleError, match="raw_encoder"):
+        models.load_encoder(role="sentence")
+
+
+def test_raw_encoder_override(monkeypatch, tmp_path):
+    monkeypatch.setenv("FTCOURSE_RAW_ENCODER", str(tmp_path))
+    assert models.model_source("raw_encoder", "offline") == str(tmp_path)
+    assert models.model_source("encoder", "offline") != str(tmp_path)
 
 
 def test_unknown_role():
