@@ -118,17 +118,32 @@ def _load(loader, source: str, role: str, profile, **kwargs):
             raise
         reason = " ".join(str(error).split()).rstrip(".")
         where = f"the local folder {source}" if local else f"the Hugging Face hub as {source!r}"
-        fix = (
-            "Fix: check that the folder holds config.json and the weights."
-            if local
-            else "Fix: go online (the hub must be reachable), or use the offline profile "
-            f"(FTCOURSE_PROFILE=offline), or set {ENV_OVERRIDES.get(role, 'the override')} "
-            "to a local copy of the model."
-        )
+        override = ENV_OVERRIDES.get(role, "the override")
+        if local:
+            fix = "Fix: check that the folder holds config.json and the weights."
+        elif _hub_offline():
+            # Offline, the hub libraries only say they "couldn't connect": name the cache.
+            from huggingface_hub import constants
+
+            where = (f"the Hugging Face cache as {source!r} (HF_HUB_OFFLINE is set, so the hub is not "
+                     f"asked, and {source!r} is missing from the cache at {constants.HF_HUB_CACHE})")
+            fix = (f"Fix: go online once to download it into the cache (unset HF_HUB_OFFLINE; or run "
+                   f"`hf download {source}`), or point HF_HUB_CACHE (or HF_HOME) at a cache that holds it, "
+                   f"or use the offline profile (FTCOURSE_PROFILE=offline), or set {override} to a local copy.")
+        else:
+            fix = ("Fix: go online (the hub must be reachable), or use the offline profile "
+                   f"(FTCOURSE_PROFILE=offline), or set {override} to a local copy of the model.")
         raise ModelNotAvailableError(
             f"Could not load the {role!r} model of profile {config.get_profile(profile).name!r} "
             f"from {where}: {reason}. {fix}"
         ) from error
+
+
+def _hub_offline() -> bool:
+    """Whether the hub libraries run offline; they read HF_HUB_OFFLINE once, at import."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def load_tokenizer(role: str = "encoder", profile=None, **kwargs):

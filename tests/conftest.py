@@ -38,3 +38,35 @@ def tokenizer():
     from ftcourse import models
 
     return models.load_tokenizer("sentence")
+
+
+@pytest.fixture(scope="session")
+def paper_hub_cache(tmp_path_factory):
+    """A Hugging Face hub cache holding random stand-ins for the paper profile's models
+    under their real ids (``tests/paper_cache.py``); built once per session (~900 MB)."""
+    import paper_cache
+
+    return paper_cache.build(tmp_path_factory.mktemp("hf") / "hub")
+
+
+@pytest.fixture
+def paper_hub(paper_hub_cache, monkeypatch):
+    """The paper profile's hub ids resolve, offline, from ``paper_hub_cache``.
+
+    huggingface_hub reads HF_HUB_CACHE and HF_HUB_OFFLINE once, at import: this process
+    gets its constants patched; child processes (notebook kernels) get the variables."""
+    from huggingface_hub import constants
+
+    import paper_cache
+
+    for name, value in paper_cache.environment(paper_hub_cache).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(paper_hub_cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    for name in ("FTCOURSE_ENCODER", "FTCOURSE_RAW_ENCODER", "FTCOURSE_SENTENCE"):
+        monkeypatch.delenv(name, raising=False)  # the profile's ids, through the hub path
+    return paper_hub_cache
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "paper: the paper profile's code path on stand-in hub models (runs in CI)")
