@@ -18,7 +18,11 @@ export TOKENIZERS_PARALLELISM := false
 
 NOTEBOOKS := notebooks solutions
 
-.PHONY: install course test test-package test-notebooks lab bench clean-notebooks check-notebooks
+# Debian packages the tests need, installed by `make system-packages` when missing
+# (chromium: tests/test_site.py checks every page of the course site in a real browser).
+SYSTEM_PACKAGES := chromium
+
+.PHONY: install system-packages course test test-package test-notebooks lab bench clean-notebooks check-notebooks
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,7 +36,16 @@ install: $(BIN)/.installed
 course: install
 	$(BIN)/python -m ftcourse.notebooks build --out build
 
-test: test-package test-notebooks
+test: system-packages test-package test-notebooks
+
+system-packages:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  ( $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing ) \
+	    || echo "warning: could not install $$missing; the tests that need them say so (and fail under CI=true)"; \
+	fi
 
 test-package: install
 	$(BIN)/python -m pytest tests

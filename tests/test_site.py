@@ -1,0 +1,276 @@
+"""The course site: the landing page from the notebooks' headlines, the offline build, and every
+page checked in headless Chromium (Debian's chromium, driven by Playwright)."""
+
+import functools
+import http.server
+import os
+import re
+import threading
+import time
+import urllib.parse
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ftcourse import report, site
+from ftcourse.config import REPO_ROOT
+from ftcourse.notebooks import course_notebooks
+
+CHROMIUM = Path(os.environ.get("FTCOURSE_CHROMIUM", "/usr/bin/chromium"))
+# What works here as root with no display and no network (Playwright gives each launch a fresh
+# profile folder, the --user-data-dir).
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = REPO_ROOT / "build" / "site-screenshots"
+
+
+def _notebook(title: str, headline=None) -> nbformat.NotebookNode:
+    """A small executed notebook, as saved: a title, and a closing headline cell if given."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {title}\n\nText."), nbformat.v4.new_code_cell("1 + 1")]
+    nb.cells[1].outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "2"}, execution_count=1)]
+    if headline is not None:
+        cell = nbformat.v4.new_code_cell("report.headline(...)")
+        cell.outputs = [nbformat.v4.new_output("execute_result", data=headline._repr_mimebundle_(), execution_count=2)]
+        nb.cells.append(cell)
+    return nbformat.reads(nbformat.writes(nb), as_version=4)
+
+
+def _synthetic_course(root: Path) -> None:
+    """Lesson 1 records a headline, lesson 2 does not."""
+    (root / "notebooks").mkdir(parents=True)
+    headline = report.headline("01", "Lesson 1: frozen vs fine-tuned", "offline",
+                               [("fine-tuned accuracy | dev", 0.8125, 0.93, "accuracy"), ("trainable parameters", 4_386_306)],
+                               verdicts=["fine-tuning beats frozen: yes"])
+    nbformat.write(_notebook("Lesson 1 — The composition", headline), root / "notebooks" / "01_composition.ipynb")
+    nbformat.write(_notebook("Lesson 2: the [CLS] layer, `code` and $x$"), root / "notebooks" / "02_feature_readout.ipynb")
+
+
+def _section(text: str, heading: str) -> str:
+    """The landing page's part under the ### heading that contains ``heading``."""
+    start = text.rindex("\n### ", 0, text.index(heading)) + 1
+    end = text.find("\n### ", start)
+    return text[start:end if end > 0 else len(text)]
+
+
+def test_landing_page_shows_each_headline_published_beside_measured_or_says_none_was_recorded(tmp_path):
+    _synthetic_course(tmp_path)
+    text = site.landing_page(site.entries(tmp_path), "What the course teaches.")
+    assert text.startswith("# ") and "What the course teaches." in text
+    first, second = _section(text, "01_composition"), _section(text, "02_feature_readout")
+    assert "### 1. [Lesson 1 — The composition](notebooks/01_composition.ipynb)" in first
+    # published beside measured, in one row, in the lessons' own number format
+    assert re.search(r"\| fine-tuned accuracy \\\| dev \| 0\.930 \| \*\*0\.812\*\* \| accuracy \|", first), first
+    assert "| trainable parameters | — | **4,386,306** |" in first
+    assert "- fine-tuning beats frozen: yes" in first and site.NO_HEADLINE not in first
+    assert site.NO_HEADLINE in second and "|" not in second.split("\n", 1)[1]
+    # a title is the notebook's Markdown (code, math), its brackets escaped inside the link
+    assert r"### 2. [Lesson 2: the \[CLS\] layer, `code` and $x$](notebooks/02_feature_readout.ipynb)" in second
+    assert text.index("01_composition") < text.index("02_feature_readout")
+
+
+def test_the_exercise_shows_its_solutions_headline_and_the_solution_is_for_instructors(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "solutions").mkdir()
+    solved = report.headline("05", "Exercise: three regimes", "offline", [("LoRA accuracy", 0.531)])
+    nbformat.write(_notebook("Exercise"), tmp_path / "notebooks" / "05_exercise_bert_base.ipynb")
+    nbformat.write(_notebook("Exercise", solved), tmp_path / "solutions" / "05_exercise_bert_base.ipynb")
+    found = site.entries(tmp_path)
+    text = site.landing_page(found, "")
+    lessons, instructors = text.split("## For instructors")
+    assert "**0.531**" in _section(lessons, "05_exercise_bert_base") and "solutions/05_exercise" in lessons
+    assert "(solutions/05_exercise_bert_base.ipynb)" in instructors and site.INSTRUCTORS_PAGE in instructors
+    toc = site.table_of_contents(found)
+    assert '"Solution of the exercise (instructors)"' in toc and "file: instructors" in toc
+
+
+def test_every_course_notebook_has_a_page_with_a_summary():
+    paths = {f"{p.parent.name}/{p.stem}" for p in course_notebooks()}
+    missing = paths - {page.path for page in site.PAGES}
+    assert not missing, f"add these notebooks to ftcourse.site.PAGES (with a one-line summary): {sorted(missing)}"
+
+
+def test_remote_references_are_found_and_local_ones_are_not(tmp_path):
+    (tmp_path / "a.html").write_text(
+        '<script src="_static/x.js"></script><script src="https://cdn.example/mathjax.js"></script>'
+        '<link rel="stylesheet" href="//fonts.example/f.css"><a href="https://arxiv.org/abs/1810.04805">paper</a>'
+        '<img src="data:image/png;base64,AAAA"><link rel="next" href="b.html">')
+    (tmp_path / "s.css").write_text("@font-face { src: url(https://fonts.example/a.woff2) } .x { background: url(local.png) }")
+    assert site.remote_references(tmp_path) == [
+        "a.html: https://cdn.example/mathjax.js", "a.html: //fonts.example/f.css", "s.css: https://fonts.example/a.woff2"]
+
+
+def test_a_folder_without_notebooks_says_how_to_make_them(tmp_path):
+    with pytest.raises(site.SiteError, match="ftcourse.notebooks build"):
+        site.build_site(tmp_path, tmp_path / "out")
+
+
+# ----------------------------------------------------------------------------- the built site
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    """The site built from the committed notebooks (executed when committed; never run again)."""
+    start = time.perf_counter()
+    index = site.build_site(REPO_ROOT, tmp_path_factory.mktemp("course-site"))
+    print(f"site built in {time.perf_counter() - start:.0f} s")
+    return index.parent
+
+
+def test_the_site_has_every_page_and_fetches_nothing_from_other_machines(built_site):
+    for page in site.PAGES:
+        assert (built_site / f"{page.path}.html").is_file(), page.path
+    assert (built_site / f"{site.INSTRUCTORS_PAGE}.html").is_file()
+    assert site.remote_references(built_site) == []
+    assert list((built_site / "_static" / "mathjax").glob("tex-chtml.js")), "MathJax is not served by the site"
+    solution = (built_site / "solutions" / "05_exercise_bert_base.html").read_text(encoding="utf-8")
+    assert "The instructor’s solution" in solution or "The instructor's solution" in solution
+
+
+def _unavailable(why: str):
+    """Without Chromium the browser check cannot run: a skip on a laptop, a failure in CI."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{why} CI must run the browser check (CI=true).")
+    pytest.skip(why)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def _serve(folder: Path):
+    """The site over HTTP on 127.0.0.1 and a free port: ``python -m http.server``'s server, in a thread."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_QuietHandler, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+#: Every <img> decoded (lazy ones too), then the ones that did not load.
+BROKEN_IMAGES = """async () => {
+  const images = [...document.images];
+  images.forEach(i => { i.loading = 'eager'; });
+  await Promise.all(images.map(i => i.decode().catch(() => null)));
+  return images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src'));
+}"""
+
+
+def test_every_page_loads_in_headless_chromium(built_site):
+    if not CHROMIUM.exists():
+        _unavailable(f"Chromium is not installed ({CHROMIUM} is missing). Fix: `make system-packages` "
+                     "(apt-get install chromium), or set FTCOURSE_CHROMIUM to a Chromium binary.")
+    try:
+        from playwright.sync_api import Error as PlaywrightError, sync_playwright
+    except ImportError:
+        _unavailable("The playwright package is missing. Fix: `make install`.")
+
+    pages = sorted(p.relative_to(built_site).as_posix() for p in built_site.rglob("*.html")
+                   if not p.relative_to(built_site).parts[0].startswith("_"))
+    lessons = [page for page in site.PAGES if not page.instructors]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    problems, links, anchors, fragments = [], set(), {}, set()
+    with _serve(built_site) as origin, sync_playwright() as playwright:
+        host = urllib.parse.urlsplit(origin).netloc
+        try:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        except PlaywrightError as error:
+            _unavailable(f"Chromium ({CHROMIUM}) does not start: {str(error).splitlines()[0]}")
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        left = []
+
+        def only_this_machine(route):
+            url = urllib.parse.urlsplit(route.request.url)
+            if url.scheme in ("data", "blob") or url.netloc == host:
+                route.continue_()
+            else:  # never sent: the test fails below with the URL
+                left.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", only_this_machine)
+        for name in pages:
+            page = context.new_page()
+            errors = []
+            page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"script error: {e}"))
+            page.on("response", lambda r: errors.append(f"{r.status} for {r.url}") if r.status >= 400 else None)
+            response = page.goto(f"{origin}/{name}", wait_until="networkidle")
+            assert response is not None and response.status == 200, name
+            if page.locator(".math").count():  # MathJax typesets every formula of the page
+                page.wait_for_function("document.querySelectorAll('.math').length === "
+                                       "document.querySelectorAll('.math mjx-container').length", timeout=20_000)
+            for src in page.evaluate(BROKEN_IMAGES):
+                errors.append(f"image did not load: {src}")
+            for href in page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)"):
+                url = urllib.parse.urlsplit(href)
+                if url.netloc == host:
+                    links.add(url._replace(fragment="").geturl())
+                    if url.fragment:
+                        fragments.add((url.path, urllib.parse.unquote(url.fragment), name))
+            anchors[urllib.parse.urlsplit(page.url).path] = set(page.eval_on_selector_all(
+                "[id], a[name]", "es => es.map(e => e.id || e.getAttribute('name'))"))
+            if name.startswith(("notebooks/", "solutions/")):
+                # The book's furniture: the sidebar lists every lesson, previous/next, the page's contents.
+                sidebar = page.eval_on_selector_all("nav.bd-docs-nav a", "as => as.map(a => a.href)")
+                for lesson in lessons:
+                    if f"{lesson.path}.html" != name and not any(href.endswith(f"/{lesson.path}.html") for href in sidebar):
+                        errors.append(f"the sidebar does not link {lesson.path}")
+                if not page.locator(".prev-next-area a").count():
+                    errors.append("no previous/next links")
+                if not page.locator(".bd-toc nav.page-toc a").count():
+                    errors.append("no table of contents for the page")
+                nb = nbformat.read(REPO_ROOT / name.replace(".html", ".ipynb"), as_version=4)
+                html_tables = sum("<table" in str(o.get("data", {}).get("text/html", ""))
+                                  for c in nb.cells for o in c.get("outputs", []))
+                if page.locator(".output table, .cell_output table").count() < html_tables:
+                    errors.append(f"{html_tables} HTML table output(s) in the notebook, fewer rendered as tables")
+            page.screenshot(path=SCREENSHOTS / (name.replace("/", "__").replace(".html", ".png")), full_page=True)
+            if name == "index.html":
+                problems += [f"index.html: {p}" for p in _landing_problems(page)]
+            problems += [f"{name}: {e}" for e in errors]
+            page.close()
+        for url in sorted(links):
+            status = context.request.get(url).status
+            if status != 200:
+                problems.append(f"internal link {url} answers {status}")
+        for path, fragment, source in sorted(fragments):
+            if path in anchors and fragment not in anchors[path]:
+                problems.append(f"{source}: the link to {path}#{fragment} has no such anchor")
+        browser.close()
+    assert not left, f"pages asked for things from other machines: {sorted(set(left))}"
+    assert not problems, "\n".join(problems)
+
+
+def _landing_problems(page) -> list[str]:
+    """The landing page links every page and shows each lesson's headline figures (read from
+    the committed notebooks here), or says that none was recorded."""
+    found = []
+    hrefs = page.eval_on_selector_all("article a[href]", "as => as.map(a => a.getAttribute('href'))")
+    for target in [f"{p.path}.html" for p in site.PAGES] + [f"{site.INSTRUCTORS_PAGE}.html"]:
+        if target not in hrefs:
+            found.append(f"no link to {target}")
+    text = page.inner_text("article")
+    for entry in site.entries(REPO_ROOT):
+        if entry.page.instructors:
+            continue
+        if not entry.headlines and site.NO_HEADLINE not in _text_section(text, entry.title):
+            found.append(f"{entry.page.path}: neither its headline nor '{site.NO_HEADLINE}'")
+        for headline in entry.headlines:
+            for figure in headline["figures"]:
+                for value in (figure["name"], report._fmt(figure["measured"])):
+                    if value not in text:
+                        found.append(f"{entry.page.path}: the headline figure {value!r} is not shown")
+    return found
+
+
+def _text_section(text: str, title: str) -> str:
+    start = text.find(title)
+    return text[start:start + len(title) + 400] if start >= 0 else ""
