@@ -19,8 +19,9 @@ export TOKENIZERS_PARALLELISM := false
 NOTEBOOKS := notebooks solutions
 
 # Debian packages the tests need, installed by `make system-packages` when missing
-# (chromium: tests/test_site.py checks every page of the course site in a real browser).
-SYSTEM_PACKAGES := chromium
+# (chromium: tests/test_site.py checks every page of the course site in a real browser;
+#  bubblewrap: `ftcourse grade` runs each submission in a bwrap sandbox, tests/test_grading*.py).
+SYSTEM_PACKAGES := chromium bubblewrap
 
 .PHONY: install system-packages course test test-package test-notebooks lab bench clean-notebooks check-notebooks
 
