@@ -2,8 +2,9 @@
 
 ``python -m ftcourse.notebooks execute NOTEBOOK...`` runs notebooks in place in a fresh
 kernel and saves them clean (what authors commit). ``python -m ftcourse.notebooks build``
-executes every notebook into ``build/`` with an HTML page each and an index (what
-``make course`` runs); the sources are never modified by a build.
+executes every notebook into ``build/`` and builds the course site from those executed copies
+into ``build/site/`` (``ftcourse.site``; what ``make course`` runs); the sources are never
+modified by a build.
 
 A clean notebook has no metadata beyond the kernel and language, no widget state, cell
 metadata limited to tags, and execution counts 1..n (or none at all, if never run).
@@ -136,48 +137,47 @@ def clean_in_place(paths: list[Path]) -> None:
         nbformat.write(clean(nb), path)
 
 
-def build(out: Path, timeout: int = 1800) -> int:
-    """Execute every course notebook into ``out`` with HTML pages and an index.
+def build(out: Path, timeout: int = 1800, site: bool = True) -> int:
+    """Execute every course notebook into ``out`` (``out/notebooks``, ``out/solutions``), then
+    build the course site from those executed copies into ``out/site`` (``ftcourse.site``).
 
-    Returns the number of notebooks that failed. The sources are not modified.
+    Returns the number of notebooks that failed (a failed site build counts as one). The
+    sources are not modified.
     """
-    from nbconvert import HTMLExporter
-
     out.mkdir(parents=True, exist_ok=True)
-    exporter = HTMLExporter()
-    rows = []
+    status = {}
     failures = 0
     for path in course_notebooks():
         target = out / path.parent.name / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
         expected_errors = bool(EXPECTED_TO_RAISE.search(path.name)) and path.parent.name == "notebooks"
         start = time.perf_counter()
-        status = "ok"
+        outcome = "ok"
         try:
             nb = execute(path, timeout=timeout, allow_errors=expected_errors, cwd=path.parent)
             if expected_errors:
-                status = "ok (stops at the exercise stubs, as a student's copy should)"
+                outcome = "ok (stops at the exercise stubs, as a student's copy should)"
         except Exception as error:  # report and go on: one broken lesson must not hide the rest
             failures += 1
             nb = nbformat.read(path, as_version=4)
-            status = f"FAILED: {type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
+            outcome = f"FAILED: {type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
         seconds = time.perf_counter() - start
         nbformat.write(nb, target)
-        body, _ = exporter.from_notebook_node(nb)
-        target.with_suffix(".html").write_text(body, encoding="utf-8")
-        rows.append((path.parent.name + "/" + path.name, seconds, status))
-        print(f"{rows[-1][0]:<45} {seconds:6.0f} s  {status}", flush=True)
-    items = "\n".join(
-        f'<tr><td><a href="{html.escape(name[:-6])}.html">{html.escape(name)}</a></td>'
-        f"<td>{seconds:.0f} s</td><td>{html.escape(status)}</td></tr>"
-        for name, seconds, status in rows
-    )
-    (out / "index.html").write_text(
-        "<!doctype html><meta charset='utf-8'><title>ftcourse</title>"
-        "<h1>ftcourse: adapting pretrained encoders</h1>"
-        f"<table><tr><th>notebook</th><th>time</th><th>status</th></tr>{items}</table>\n",
-        encoding="utf-8",
-    )
+        status[f"{path.parent.name}/{path.stem}"] = outcome
+        print(f"{path.parent.name + '/' + path.name:<45} {seconds:6.0f} s  {outcome}", flush=True)
+    if site:
+        from .site import SiteError, build_site
+
+        try:
+            index = build_site(out, out, status=status, quiet=False)
+        except SiteError as error:
+            print(f"error: the course site: {error}", file=sys.stderr)
+            return failures + 1
+        # Where earlier builds put their index: it now leads to the site.
+        (out / "index.html").write_text(
+            "<!doctype html><meta charset='utf-8'><meta http-equiv='refresh' content='0; url=site/index.html'>"
+            f"<title>ftcourse</title><a href='{html.escape(index.relative_to(out).as_posix())}'>the course site</a>\n",
+            encoding="utf-8")
     return failures
 
 
@@ -191,9 +191,10 @@ def main(argv=None) -> int:
     tidy.add_argument("paths", nargs="*", type=Path)
     check = sub.add_parser("check", help="list what makes notebooks unclean")
     check.add_argument("paths", nargs="*", type=Path)
-    publish = sub.add_parser("build", help="execute every notebook into a folder with HTML")
+    publish = sub.add_parser("build", help="execute every notebook into a folder, then build the course site")
     publish.add_argument("--out", type=Path, default=REPO_ROOT / "build")
     publish.add_argument("--timeout", type=int, default=1800)
+    publish.add_argument("--no-site", action="store_true", help="execute only; no site")
     args = parser.parse_args(argv)
 
     paths = [p.resolve() for p in getattr(args, "paths", [])] or course_notebooks()
@@ -208,8 +209,11 @@ def main(argv=None) -> int:
                 print(f"{path.name}: {problem}")
         return 1 if any(bad.values()) else 0
     elif args.command == "build":
-        failures = build(args.out.resolve(), timeout=args.timeout)
-        print(f"\nThe executed notebooks and their HTML pages are in {args.out}; open {args.out / 'index.html'}")
+        failures = build(args.out.resolve(), timeout=args.timeout, site=not args.no_site)
+        print(f"\nThe executed notebooks are in {args.out}/notebooks and {args.out}/solutions.")
+        if not args.no_site and (args.out / "site" / "index.html").is_file():
+            print(f"The course site: open {args.out / 'site' / 'index.html'} "
+                  f"(or serve it: python -m http.server -d {args.out / 'site'})")
         return 1 if failures else 0
     return 0
 

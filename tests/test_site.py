@@ -5,6 +5,7 @@ import functools
 import http.server
 import os
 import re
+import shutil
 import threading
 import time
 import urllib.parse
@@ -107,6 +108,23 @@ def test_a_folder_without_notebooks_says_how_to_make_them(tmp_path):
         site.build_site(tmp_path, tmp_path / "out")
 
 
+def test_the_course_build_executes_then_builds_the_site_and_shows_a_failed_notebook(tmp_path, monkeypatch, capsys):
+    from ftcourse import notebooks
+
+    def execute(path, **kwargs):  # the committed outputs stand in for a run: no kernel in this test
+        if path.stem == "03_costs_and_lora":
+            raise RuntimeError("CellExecutionError: boom")
+        return nbformat.read(path, as_version=4)
+
+    monkeypatch.setattr(notebooks, "execute", execute)
+    assert notebooks.build(tmp_path) == 1
+    landing = (tmp_path / "site-src" / "index.md").read_text(encoding="utf-8")
+    assert "failed to execute in this build: FAILED: RuntimeError: CellExecutionError: boom" in landing
+    assert (tmp_path / "site" / "notebooks" / "03_costs_and_lora.html").is_file()
+    assert "site/index.html" in (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "site built in" in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------- the built site
 
 
@@ -164,7 +182,10 @@ BROKEN_IMAGES = """async () => {
 }"""
 
 
-def test_every_page_loads_in_headless_chromium(built_site):
+@contextmanager
+def _browser(folder: Path):
+    """Chromium on the site in ``folder``, served on 127.0.0.1: yields (context, origin, left),
+    where ``left`` collects every request for another machine (each is aborted, never sent)."""
     if not CHROMIUM.exists():
         _unavailable(f"Chromium is not installed ({CHROMIUM} is missing). Fix: `make system-packages` "
                      "(apt-get install chromium), or set FTCOURSE_CHROMIUM to a Chromium binary.")
@@ -172,13 +193,7 @@ def test_every_page_loads_in_headless_chromium(built_site):
         from playwright.sync_api import Error as PlaywrightError, sync_playwright
     except ImportError:
         _unavailable("The playwright package is missing. Fix: `make install`.")
-
-    pages = sorted(p.relative_to(built_site).as_posix() for p in built_site.rglob("*.html")
-                   if not p.relative_to(built_site).parts[0].startswith("_"))
-    lessons = [page for page in site.PAGES if not page.instructors]
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    problems, links, anchors, fragments = [], set(), {}, set()
-    with _serve(built_site) as origin, sync_playwright() as playwright:
+    with _serve(folder) as origin, sync_playwright() as playwright:
         host = urllib.parse.urlsplit(origin).netloc
         try:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
@@ -191,11 +206,25 @@ def test_every_page_loads_in_headless_chromium(built_site):
             url = urllib.parse.urlsplit(route.request.url)
             if url.scheme in ("data", "blob") or url.netloc == host:
                 route.continue_()
-            else:  # never sent: the test fails below with the URL
+            else:
                 left.append(route.request.url)
                 route.abort()
 
         context.route("**/*", only_this_machine)
+        try:
+            yield context, origin, left
+        finally:
+            browser.close()
+
+
+def test_every_page_loads_in_headless_chromium(built_site):
+    pages = sorted(p.relative_to(built_site).as_posix() for p in built_site.rglob("*.html")
+                   if not p.relative_to(built_site).parts[0].startswith("_"))
+    lessons = [page for page in site.PAGES if not page.instructors]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    problems, links, anchors, fragments = [], set(), {}, set()
+    with _browser(built_site) as (context, origin, left):
+        host = urllib.parse.urlsplit(origin).netloc
         for name in pages:
             page = context.new_page()
             errors = []
@@ -234,7 +263,7 @@ def test_every_page_loads_in_headless_chromium(built_site):
                     errors.append(f"{html_tables} HTML table output(s) in the notebook, fewer rendered as tables")
             page.screenshot(path=SCREENSHOTS / (name.replace("/", "__").replace(".html", ".png")), full_page=True)
             if name == "index.html":
-                problems += [f"index.html: {p}" for p in _landing_problems(page)]
+                problems += [f"index.html: {p}" for p in _landing_problems(page, REPO_ROOT)]
             problems += [f"{name}: {e}" for e in errors]
             page.close()
         for url in sorted(links):
@@ -244,33 +273,59 @@ def test_every_page_loads_in_headless_chromium(built_site):
         for path, fragment, source in sorted(fragments):
             if path in anchors and fragment not in anchors[path]:
                 problems.append(f"{source}: the link to {path}#{fragment} has no such anchor")
-        browser.close()
     assert not left, f"pages asked for things from other machines: {sorted(set(left))}"
     assert not problems, "\n".join(problems)
 
 
-def _landing_problems(page) -> list[str]:
-    """The landing page links every page and shows each lesson's headline figures (read from
-    the committed notebooks here), or says that none was recorded."""
+def test_the_landing_page_shows_recorded_headlines_in_the_browser(tmp_path):
+    """Lesson 1 with a closing headline cell (on a copy; the notebooks are the lead's): its
+    figures appear in lesson 1's section, the other lessons say none was recorded."""
+    for folder in ("notebooks", "solutions"):
+        shutil.copytree(REPO_ROOT / folder, tmp_path / "course" / folder)
+    lesson = tmp_path / "course" / "notebooks" / "01_composition.ipynb"
+    nb = nbformat.read(lesson, as_version=4)
+    headline = report.headline("01", "Lesson 1: the transfer recipe", "offline",
+                               [("fine-tuned dev accuracy", 0.8125, 0.935, "accuracy"), ("trainable parameters", 4_386_306)])
+    cell = nbformat.v4.new_code_cell("headline")
+    cell.pop("id")  # the course's notebooks are nbformat 4.4: no cell ids
+    cell.outputs = [nbformat.v4.new_output("execute_result", data=headline._repr_mimebundle_(), execution_count=1)]
+    nb.cells.append(cell)
+    nbformat.write(nb, lesson)
+    index = site.build_site(tmp_path / "course", tmp_path / "out")
+    with _browser(index.parent) as (context, origin, left):
+        page = context.new_page()
+        page.goto(f"{origin}/index.html", wait_until="networkidle")
+        assert _landing_problems(page, tmp_path / "course") == []
+        section = page.locator("article section:has(> h3 a[href='notebooks/01_composition.html'])")
+        row = section.locator("tr", has_text="fine-tuned dev accuracy").inner_text().split("\t")
+        assert [c.strip() for c in row] == ["fine-tuned dev accuracy", "0.935", "0.812", "accuracy"]
+        assert site.NO_HEADLINE not in section.inner_text()
+        page.screenshot(path=tmp_path / "landing.png", full_page=True)
+    assert not left
+
+
+def _landing_problems(page, root: Path) -> list[str]:
+    """The landing page links every page and shows, in each lesson's section, that lesson's
+    headline figures (read from the notebooks under ``root``) or says that none was recorded."""
     found = []
     hrefs = page.eval_on_selector_all("article a[href]", "as => as.map(a => a.getAttribute('href'))")
     for target in [f"{p.path}.html" for p in site.PAGES] + [f"{site.INSTRUCTORS_PAGE}.html"]:
         if target not in hrefs:
             found.append(f"no link to {target}")
-    text = page.inner_text("article")
-    for entry in site.entries(REPO_ROOT):
+    for entry in site.entries(root):
         if entry.page.instructors:
             continue
-        if not entry.headlines and site.NO_HEADLINE not in _text_section(text, entry.title):
+        text = page.evaluate("""href => {
+            const link = [...document.querySelectorAll('article h3 a')].find(a => a.getAttribute('href') === href);
+            return link ? link.closest('section').innerText : null; }""", f"{entry.page.path}.html")
+        if text is None:
+            found.append(f"no section headed by a link to {entry.page.path}.html")
+            continue
+        if not entry.headlines and site.NO_HEADLINE not in text:
             found.append(f"{entry.page.path}: neither its headline nor '{site.NO_HEADLINE}'")
         for headline in entry.headlines:
             for figure in headline["figures"]:
-                for value in (figure["name"], report._fmt(figure["measured"])):
+                for value in (figure["name"], report._fmt(figure["measured"]), report._fmt(figure["published"])):
                     if value not in text:
                         found.append(f"{entry.page.path}: the headline figure {value!r} is not shown")
     return found
-
-
-def _text_section(text: str, title: str) -> str:
-    start = text.find(title)
-    return text[start:start + len(title) + 400] if start >= 0 else ""
