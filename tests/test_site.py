@@ -217,64 +217,106 @@ def _browser(folder: Path):
             browser.close()
 
 
+def _check_pages(context, origin: str, pages: list[str], screenshots: Path | None = None, book_checks=None) -> list[str]:
+    """Load each page; the problems found, as lines: console errors and uncaught exceptions,
+    HTTP errors of the page's own requests, formulas MathJax did not typeset, images that did
+    not load, internal links that do not answer 200 and anchors that do not exist.
+    ``book_checks(name, page)`` adds the problems of one page that only the course's site has."""
+    host = urllib.parse.urlsplit(origin).netloc
+    problems, links, anchors, fragments = [], set(), {}, set()
+    for name in pages:
+        page = context.new_page()
+        errors = []
+        page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(f"script error: {e}"))
+        page.on("response", lambda r: errors.append(f"{r.status} for {r.url}") if r.status >= 400 else None)
+        response = page.goto(f"{origin}/{name}", wait_until="networkidle")
+        if response is None or response.status != 200:
+            errors.append(f"the page answers {response.status if response else 'nothing'}")
+        if page.locator(".math").count():  # MathJax typesets every formula of the page
+            try:
+                page.wait_for_function("document.querySelectorAll('.math').length === "
+                                       "document.querySelectorAll('.math mjx-container').length", timeout=20_000)
+            except Exception:
+                errors.append("MathJax did not typeset every formula within 20 s")
+        for src in page.evaluate(BROKEN_IMAGES):
+            errors.append(f"image did not load: {src}")
+        for href in page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)"):
+            url = urllib.parse.urlsplit(href)
+            if url.netloc == host:
+                links.add(url._replace(fragment="").geturl())
+                if url.fragment:
+                    fragments.add((url.path, urllib.parse.unquote(url.fragment), name))
+        anchors[urllib.parse.urlsplit(page.url).path] = set(page.eval_on_selector_all(
+            "[id], a[name]", "es => es.map(e => e.id || e.getAttribute('name'))"))
+        if book_checks:
+            errors += book_checks(name, page)
+        if screenshots:
+            page.screenshot(path=screenshots / (name.replace("/", "__").replace(".html", ".png")), full_page=True)
+        problems += [f"{name}: {e}" for e in errors]
+        page.close()
+    for url in sorted(links):
+        status = context.request.get(url).status
+        if status != 200:
+            problems.append(f"internal link {url} answers {status}")
+    for path, fragment, source in sorted(fragments):
+        if path in anchors and fragment not in anchors[path]:
+            problems.append(f"{source}: the link to {path}#{fragment} has no such anchor")
+    return problems
+
+
+def _book_checks(name: str, page) -> list[str]:
+    """A lesson page has the book's furniture (the sidebar lists every lesson, previous/next
+    links, the page's contents) and its notebook's HTML tables as tables; the landing page
+    shows the headlines."""
+    if name == "index.html":
+        return _landing_problems(page, REPO_ROOT)
+    if not name.startswith(("notebooks/", "solutions/")):
+        return []
+    errors = []
+    sidebar = page.eval_on_selector_all("nav.bd-docs-nav a", "as => as.map(a => a.href)")
+    for lesson in site.PAGES:
+        if f"{lesson.path}.html" != name and not any(href.endswith(f"/{lesson.path}.html") for href in sidebar):
+            errors.append(f"the sidebar does not link {lesson.path}")
+    if not page.locator(".prev-next-area a").count():
+        errors.append("no previous/next links")
+    if not page.locator(".bd-toc nav.page-toc a").count():
+        errors.append("no table of contents for the page")
+    nb = nbformat.read(REPO_ROOT / name.replace(".html", ".ipynb"), as_version=4)
+    html_tables = sum("<table" in str(o.get("data", {}).get("text/html", ""))
+                      for c in nb.cells for o in c.get("outputs", []))
+    if page.locator(".output table, .cell_output table").count() < html_tables:
+        errors.append(f"{html_tables} HTML table output(s) in the notebook, fewer rendered as tables")
+    return errors
+
+
 def test_every_page_loads_in_headless_chromium(built_site):
     pages = sorted(p.relative_to(built_site).as_posix() for p in built_site.rglob("*.html")
                    if not p.relative_to(built_site).parts[0].startswith("_"))
-    lessons = [page for page in site.PAGES if not page.instructors]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    problems, links, anchors, fragments = [], set(), {}, set()
     with _browser(built_site) as (context, origin, left):
-        host = urllib.parse.urlsplit(origin).netloc
-        for name in pages:
-            page = context.new_page()
-            errors = []
-            page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"script error: {e}"))
-            page.on("response", lambda r: errors.append(f"{r.status} for {r.url}") if r.status >= 400 else None)
-            response = page.goto(f"{origin}/{name}", wait_until="networkidle")
-            assert response is not None and response.status == 200, name
-            if page.locator(".math").count():  # MathJax typesets every formula of the page
-                page.wait_for_function("document.querySelectorAll('.math').length === "
-                                       "document.querySelectorAll('.math mjx-container').length", timeout=20_000)
-            for src in page.evaluate(BROKEN_IMAGES):
-                errors.append(f"image did not load: {src}")
-            for href in page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)"):
-                url = urllib.parse.urlsplit(href)
-                if url.netloc == host:
-                    links.add(url._replace(fragment="").geturl())
-                    if url.fragment:
-                        fragments.add((url.path, urllib.parse.unquote(url.fragment), name))
-            anchors[urllib.parse.urlsplit(page.url).path] = set(page.eval_on_selector_all(
-                "[id], a[name]", "es => es.map(e => e.id || e.getAttribute('name'))"))
-            if name.startswith(("notebooks/", "solutions/")):
-                # The book's furniture: the sidebar lists every lesson, previous/next, the page's contents.
-                sidebar = page.eval_on_selector_all("nav.bd-docs-nav a", "as => as.map(a => a.href)")
-                for lesson in lessons:
-                    if f"{lesson.path}.html" != name and not any(href.endswith(f"/{lesson.path}.html") for href in sidebar):
-                        errors.append(f"the sidebar does not link {lesson.path}")
-                if not page.locator(".prev-next-area a").count():
-                    errors.append("no previous/next links")
-                if not page.locator(".bd-toc nav.page-toc a").count():
-                    errors.append("no table of contents for the page")
-                nb = nbformat.read(REPO_ROOT / name.replace(".html", ".ipynb"), as_version=4)
-                html_tables = sum("<table" in str(o.get("data", {}).get("text/html", ""))
-                                  for c in nb.cells for o in c.get("outputs", []))
-                if page.locator(".output table, .cell_output table").count() < html_tables:
-                    errors.append(f"{html_tables} HTML table output(s) in the notebook, fewer rendered as tables")
-            page.screenshot(path=SCREENSHOTS / (name.replace("/", "__").replace(".html", ".png")), full_page=True)
-            if name == "index.html":
-                problems += [f"index.html: {p}" for p in _landing_problems(page, REPO_ROOT)]
-            problems += [f"{name}: {e}" for e in errors]
-            page.close()
-        for url in sorted(links):
-            status = context.request.get(url).status
-            if status != 200:
-                problems.append(f"internal link {url} answers {status}")
-        for path, fragment, source in sorted(fragments):
-            if path in anchors and fragment not in anchors[path]:
-                problems.append(f"{source}: the link to {path}#{fragment} has no such anchor")
+        problems = _check_pages(context, origin, pages, SCREENSHOTS, _book_checks)
     assert not left, f"pages asked for things from other machines: {sorted(set(left))}"
     assert not problems, "\n".join(problems)
+
+
+def test_the_browser_check_finds_what_is_broken(tmp_path):
+    """The checks themselves, on a page with one of each fault."""
+    (tmp_path / "ok.png").write_bytes(bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c63f8ffff3f0005fe02fea7d6a4e30000000049454e44ae426082"))
+    (tmp_path / "index.html").write_text(
+        "<!doctype html><title>t</title><img src='ok.png'><img src='missing.png'>"
+        "<img src='https://example.invalid/x.png'><a href='nowhere.html'>x</a><a href='index.html#nope'>y</a>"
+        "<a href='#here' id='here'>z</a><script>console.error('boom')</script>")
+    with _browser(tmp_path) as (context, origin, left):
+        problems = _check_pages(context, origin, ["index.html"])
+    assert left == ["https://example.invalid/x.png"]
+    text = "\n".join(problems)
+    for fault in ("console: boom", "404 for", "image did not load: missing.png", "nowhere.html answers 404",
+                  "#nope has no such anchor"):
+        assert fault in text, text
+    assert "ok.png" not in text and "#here" not in text
 
 
 def test_the_landing_page_shows_recorded_headlines_in_the_browser(tmp_path):
