@@ -1,9 +1,13 @@
 """The ``ftcourse`` command (also ``python -m ftcourse``).
 
-``ftcourse grade SUBMISSION.ipynb [...]`` runs each submitted exercise notebook in a fresh
-kernel (on a temporary copy; the submissions are never modified), runs the exercise's
-checks, visible and hidden, prints a pass/fail table per exercise part and writes a JSON
-report. Exit status: 0 when every submission passes every part, 1 otherwise, 2 on bad usage.
+``ftcourse grade SUBMISSION.ipynb [...]`` or ``ftcourse grade submissions/`` grades exercise
+notebooks: each runs in a bubblewrap sandbox (read-only course, private home, no network,
+an unprivileged user, limits on memory, processes, CPU time and output), then the checks,
+visible and hidden, run in a kernel built from the course's own cells and only the
+submission's definitions. It prints a PASS / FAIL / REVIEW table per exercise part. Files:
+a JSON report. A folder: every notebook under it, in parallel, into a gradebook (CSV and
+JSON, one row per student); a re-run skips notebooks already graded with the same hash.
+Exit status: 0 when every submission passes every part, 1 otherwise, 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -14,17 +18,25 @@ from pathlib import Path
 
 
 def _grade(args) -> int:
-    from . import grading
+    from . import grading, sandbox
 
     if args.timeout <= 0:
         print("error: --timeout must be a positive number of seconds", file=sys.stderr)
         return 2
-    missing = [p for p in args.submissions if not p.is_file()]
+    if args.workers is not None and args.workers < 1:
+        print("error: --workers must be 1 or more", file=sys.stderr)
+        return 2
+    missing = [p for p in args.submissions if not p.exists()]
     if missing:
-        print(f"error: no such file: {', '.join(str(p) for p in missing)}", file=sys.stderr)
+        print(f"error: no such file or folder: {', '.join(str(p) for p in missing)}", file=sys.stderr)
+        return 2
+    folders = [p for p in args.submissions if p.is_dir()]
+    if folders and len(args.submissions) > 1:
+        print("error: give one folder, or notebook files, not both", file=sys.stderr)
         return 2
     try:
-        exercises = {p: grading.find_exercise(p, args.exercise) for p in args.submissions}
+        exercise = grading.find_exercise(Path(), args.exercise) if args.exercise else None
+        exercises = {p: exercise or grading.find_exercise(p) for p in args.submissions if p.is_file()}
     except grading.GradingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -36,18 +48,39 @@ def _grade(args) -> int:
         except ConfigError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    if args.no_sandbox:
+        print("warning: --no-sandbox: submissions run with your account's rights, network and files",
+              file=sys.stderr)
+    else:
+        try:
+            sandbox.require()
+            sandbox.check_works()
+        except sandbox.SandboxUnavailable as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     env = {"FTCOURSE_PROFILE": args.profile} if args.profile else {}
-    results = []
-    for path, exercise in exercises.items():
-        print(f"grading {path.name} ({exercise.name}) ...", flush=True)
-        results.append(grading.grade(path, exercise, timeout=args.timeout, env=env))
+    sandboxed = not args.no_sandbox
+    if folders:
+        try:
+            results = grading.grade_folder(folders[0], args.gradebook, exercise, workers=args.workers,
+                                           force=args.force, timeout=args.timeout, env=env, use_sandbox=sandboxed)
+        except grading.GradingError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    else:
+        results = []
+        for path, chosen in exercises.items():
+            print(f"grading {path.name} ({chosen.name}) ...", flush=True)
+            results.append(grading.grade(path, chosen, timeout=args.timeout, env=env, use_sandbox=sandboxed))
     print()
     print(grading.table(results))
     print()
     for result in results:
         print(grading.details(result))
-    report = grading.write_report(results, args.report)
-    print(f"\nreport: {report}")
+    if folders:
+        print(f"\ngradebook: {args.gradebook.with_suffix('.csv')}, {args.gradebook.with_suffix('.json')}")
+    else:
+        print(f"\nreport: {grading.write_report(results, args.report)}")
     return 0 if all(r.status == "ok" and all(r.parts().values()) for r in results) else 1
 
 
@@ -56,13 +89,20 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     grade = sub.add_parser("grade", help="run and check submitted exercise notebooks",
                            description=__doc__.split("\n\n")[1].replace("\n", " ").replace("``", ""))
-    grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION.ipynb")
+    grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION.ipynb|FOLDER")
     grade.add_argument("--exercise", help="which exercise (default: from the file name)")
     grade.add_argument("--timeout", type=float, default=900, help="seconds per notebook (default 900)")
     grade.add_argument("--profile", help="profile for the kernels, e.g. smoke for a quick run "
                                           "(default: FTCOURSE_PROFILE, else offline)")
     grade.add_argument("--report", type=Path, default=Path("grading-report.json"),
-                       help="where to write the JSON report (default grading-report.json)")
+                       help="notebook files: where to write the JSON report (default grading-report.json)")
+    grade.add_argument("--gradebook", type=Path, default=Path("gradebook"),
+                       help="a folder: the gradebook's path without extension (default gradebook: "
+                            "gradebook.csv and gradebook.json)")
+    grade.add_argument("--workers", type=int, help="gradings at once (default: what the cores and memory allow)")
+    grade.add_argument("--force", action="store_true", help="regrade submissions already in the gradebook")
+    grade.add_argument("--no-sandbox", action="store_true",
+                       help="run submissions without bubblewrap, with your own rights (only for trusted notebooks)")
     args = parser.parse_args(argv)
     if args.command == "grade":
         return _grade(args)

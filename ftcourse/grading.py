@@ -1,41 +1,61 @@
-"""Grade submitted exercise notebooks: run each in a fresh kernel, then run the checks.
+"""Grade submitted exercise notebooks in a sandbox, with checks a submission cannot fool.
 
-For each submission the grader
+Each submission is graded in two runs, each in a fresh kernel inside a bubblewrap sandbox
+(``ftcourse.sandbox``: read-only course and environment, private temporary home, no network,
+an unprivileged user, limits on memory, processes, CPU time and output). The grader's own
+process only parses notebooks and reads results; it never executes a submission's code.
 
-1. copies it into a temporary folder (the submission itself is only read, never written);
-2. executes the copy top to bottom in a fresh Python kernel, every cell even after an
-   error (a student may have solved part 3 and not part 2), within a time limit for the
-   whole notebook;
-3. runs the exercise's checks in that same kernel: the ones the student saw, and hidden
-   ones (``Check.hidden``) that inspect what the student's code built and measured;
-4. records, per exercise part, pass or fail with the check's message, and for the
-   notebook its status (``ok``, ``errors`` with the first failing cell, ``timeout`` with
-   the cell that ran out of time, ``unreadable``).
+1. **The student's notebook, as submitted**, top to bottom, every cell even after an error
+   (``ftcourse.kernelrun``). This gives the notebook's status (``ok``, ``errors`` with the
+   first failing cell, ``timeout``, ``kernel died``, ``output flood``) and which cells
+   raised. A part whose own cells raised (its answer, or the cell that checks it) fails.
+2. **The checks, in a kernel the grader builds**: the course's own trusted cells (from
+   ``notebooks/``, not from the submission), then only the student's *definitions*
+   (functions, classes, imports, constant assignments) parsed out of the submission with
+   ``ast``; every other top-level statement is dropped, so nothing the notebook did at top
+   level (patching ``ftcourse.checks``, rebinding ``checks``) reaches this kernel. The
+   grader's code then computes what it checks (e.g. ``results`` from the student's
+   ``run_regime``) and runs the checks, visible and hidden, under ``ftcourse.guard``: a
+   student function that, when called, patches the checks, ``sys.modules``, ``importlib``
+   or the notebook's names is caught, and the submission gets the status ``review`` (for
+   the instructor) with nothing after it trusted.
 
-Nothing a submission does can stop the grader: every failure becomes a line in the report.
-``ftcourse grade SUBMISSION.ipynb ...`` is the command (see ``ftcourse.cli``).
+``grade_folder`` grades a class in parallel and writes a gradebook; ``ftcourse grade`` is
+the command (see ``ftcourse.cli``).
 """
 
 from __future__ import annotations
 
+import ast
+import csv
 import hashlib
 import json
 import os
-import shutil
-import tempfile
+import queue
+import secrets
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
 
+from . import sandbox
+from .config import REPO_ROOT
+from .kernelrun import RESULT_MARK
+
 NOT_DONE = "not done: the stub still raises NotImplementedError"
+REVIEW = "review"
+TAMPERED = "SubmissionTampered"
+STUB = "raise NotImplementedError()"
+RAISES_TAG = "raises-exception"
 
 
 @dataclass(frozen=True)
 class Check:
-    """One part of an exercise, graded by running ``code`` in the executed notebook's kernel:
-    it passes when the code raises nothing."""
+    """One check of an exercise part: grader ``code`` run (under the guard) in the checks
+    kernel; it passes when it raises nothing."""
 
     part: str  # short name, a column of the table
     code: str
@@ -43,15 +63,47 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Part:
+    """An exercise part: the names its answer defines and the checks the notebook calls for it
+    (a cell of the submission that binds one or calls one belongs to the part)."""
+
+    name: str
+    defines: tuple = ()
+    checked_by: tuple = ()
+
+
+@dataclass(frozen=True)
 class Exercise:
     name: str  # the notebook's file name without .ipynb, e.g. "05_exercise_bert_base"
     title: str
     checks: tuple
+    parts: tuple = ()
+    #: Grader code that computes what the checks compare, from the student's functions.
+    steps: tuple = ()
+    #: The course's own student notebook: the trusted source of the given cells.
+    course_notebook: Path | None = None
+
+    @property
+    def course_path(self) -> Path:
+        return Path(self.course_notebook) if self.course_notebook else REPO_ROOT / "notebooks" / f"{self.name}.ipynb"
 
 
+REGIMES = "('frozen', 'finetune', 'lora')"
 BERT_BASE = Exercise(
     name="05_exercise_bert_base",
     title="bert-base: frozen, fine-tuned, LoRA r=8",
+    parts=(
+        Part("1 lora", ("add_lora",), ("check_lora_on_bert_base",)),
+        Part("2 regimes", ("build_model",), ("check_frozen_regime", "check_finetune_regime", "check_lora_regime")),
+        Part("3 measure", ("run_regime", "results"), ("check_regime_result",)),
+        Part("4 seeds", ("summarize", "stability"), ("check_seed_summary",)),
+    ),
+    steps=(
+        # The grader measures with the student's run_regime itself, rather than trusting the notebook's tables.
+        Check("3 measure", f"results = [checks.check_regime_result(run_regime(r), r) for r in {REGIMES}]"),
+        Check("4 seeds", f"stability = {{r: [run_regime(r, seed) for seed in profile.stability_seeds] "
+                         f"for r in {REGIMES}}}"),
+    ),
     checks=(
         Check("1 lora", "checks.check_lora_on_bert_base(add_lora)", hidden=False),
         # Hidden: the student's add_lora must target query and value only, at rank 8.
@@ -67,8 +119,13 @@ BERT_BASE = Exercise(
     ),
 )
 EXERCISES = {exercise.name: exercise for exercise in (BERT_BASE,)}
-#: Run in the kernel before the checks, so they find the course's modules whatever the student imported.
-CHECK_PRELUDE = "from ftcourse import checks as checks"
+#: Installed in the checks kernel after the course's cells, before the student's definitions.
+GUARD_CELL = ("from ftcourse import checks\nfrom ftcourse.guard import Guard as _FtcourseGuard\n"
+              "__ftcourse_guard__ = _FtcourseGuard(globals())\ndel _FtcourseGuard")
+#: Environment variables the sandboxed kernel gets from the grader's (everything else is cleared).
+PASSED_ENV = ("FTCOURSE_PROFILE", "FTCOURSE_DATA", "FTCOURSE_ENCODER", "FTCOURSE_RAW_ENCODER", "FTCOURSE_SENTENCE",
+              "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "HF_HUB_CACHE", "TOKENIZERS_PARALLELISM",
+              "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class GradingError(ValueError):
@@ -77,7 +134,7 @@ class GradingError(ValueError):
 
 @dataclass
 class CellError:
-    cell: int  # index among all the notebook's cells
+    cell: int  # index among all the notebook's cells (-1: not a cell)
     first_line: str
     ename: str
     evalue: str
@@ -89,18 +146,24 @@ class PartResult:
     passed: bool
     message: str
     hidden: bool
+    review: bool = False  # the submission tampered with the grader here: the instructor decides
 
 
 @dataclass
 class Submission:
     path: str
     exercise: str
-    status: str = "ok"  # ok | errors | timeout | unreadable | kernel died | grader error
+    student: str = ""
+    # ok | errors | timeout | output flood | kernel died | unreadable | wrong exercise | review | grader error
+    status: str = "ok"
     seconds: float = 0.0
     sha256: str = ""
+    profile: str = ""
+    sandboxed: bool = True
     failing_cell: CellError | None = None
     cell_errors: list = field(default_factory=list)
     checks: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # what the grader ignored (top-level statements) or saw
 
     def parts(self) -> dict:
         """Part -> passed (a part passes when all its checks pass)."""
@@ -108,6 +171,14 @@ class Submission:
         for check in self.checks:
             parts[check.part] = parts.get(check.part, True) and check.passed
         return parts
+
+    def marks(self) -> dict:
+        """Part -> PASS, FAIL or REVIEW (the submission tampered with this part's checks)."""
+        marks = {}
+        for part, passed in self.parts().items():
+            review = any(c.review for c in self.checks if c.part == part)
+            marks[part] = "REVIEW" if review else ("PASS" if passed else "FAIL")
+        return marks
 
 
 def find_exercise(path: Path, name: str | None = None) -> Exercise:
@@ -131,51 +202,211 @@ def sha256(path: Path) -> str:
 
 
 def _first_line(source: str) -> str:
-    return next((line.strip() for line in source.splitlines() if line.strip()), "")[:80]
-
-
-def _error_of(outputs) -> tuple[str, str] | None:
-    for output in outputs:
-        if output.get("output_type") == "error":
-            return output.get("ename", "Error"), str(output.get("evalue", "")).strip()
-    return None
+    """The cell's first line of code (comments such as ``# NBVAL_CHECK_OUTPUT`` skipped)."""
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    return next((line for line in lines if not line.startswith("#")), lines[0] if lines else "")[:80]
 
 
 def _message(ename: str, evalue: str) -> str:
     if ename == "NotImplementedError":
         return NOT_DONE
-    if ename in ("CheckFailed", "AssertionError"):
+    if ename in ("CheckFailed", "AssertionError", TAMPERED):
         return evalue
     return f"{ename}: {evalue}"
 
 
-def grade(path, exercise: Exercise | None = None, timeout: float = 600, check_timeout: float = 120,
-          env: dict | None = None) -> Submission:
-    """Grade one notebook (see the module's docstring). ``env`` adds environment variables
-    for the kernel, e.g. ``{"FTCOURSE_PROFILE": "smoke"}``."""
+# ----------------------------------------------------------------------------- reading notebooks
+
+
+def _python(source: str) -> ast.Module | None:
+    """The cell as Python, IPython magics and shell lines blanked; None if it does not parse."""
+    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return None
+
+
+def scaffold_cells(course: nbformat.NotebookNode) -> list[str]:
+    """The course's given code cells that run before and without any answer: no stub, not
+    tagged as depending on one. The checks kernel runs these, from the course's copy."""
+    return [cell.source for cell in course.cells if cell.cell_type == "code" and STUB not in cell.source
+            and RAISES_TAG not in cell.metadata.get("tags", [])]
+
+
+def _bound(tree: ast.Module) -> set:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    names.add(sub.id)
+    return names
+
+
+def _called(tree: ast.Module) -> set:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None))
+    return names
+
+
+def scaffold_names(course: nbformat.NotebookNode) -> set:
+    """Names the course's given cells bind (the data, the profile, ``checks``...): a submission's
+    definitions may not replace them in the checks kernel."""
+    names = {"checks"}
+    for source in scaffold_cells(course):
+        tree = _python(source)
+        if tree is not None:
+            names |= _bound(tree)
+    return names
+
+
+def _constant(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def student_definitions(nb: nbformat.NotebookNode, protected: set, given: set = frozenset()) -> tuple[str, list[str]]:
+    """The submission's definitions as one Python source: functions, classes, imports and
+    constant assignments (``REGIMES = ("frozen", ...)``), in notebook order. Every other
+    top-level statement is dropped, as is anything that would rebind a ``protected`` name.
+    Cells whose source is in ``given`` (the course's own cells, unchanged) are skipped.
+    Returns (source, notes about what was dropped)."""
+    kept, dropped, notes = [], 0, []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or cell.source.strip() in given:
+            continue
+        tree = _python(cell.source)
+        if tree is None:
+            notes.append(f"cell {index} does not parse as Python: its definitions are missing")
+            continue
+        for node in tree.body:
+            definition = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import))
+            if isinstance(node, ast.ImportFrom):
+                definition = node.module != "__future__"
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                definition = all(isinstance(t, ast.Name) for t in targets) and _constant(node.value)
+            if not definition:
+                dropped += 1
+                continue
+            if _bound(ast.Module(body=[node], type_ignores=[])) & protected:
+                dropped += 1
+                continue
+            kept.append(ast.unparse(node))
+    if dropped:
+        notes.append(f"{dropped} top-level statements ignored by the checks (only definitions are kept)")
+    return "\n\n".join(kept) + "\n", notes
+
+
+def cell_parts(source: str, exercise: Exercise) -> set:
+    """The exercise parts a submission's cell belongs to: it binds a part's name or calls its check."""
+    tree = _python(source)
+    if tree is None:
+        return set()
+    bound, called = _bound(tree), _called(tree)
+    return {part.name for part in exercise.parts if bound & set(part.defines) or called & set(part.checked_by)}
+
+
+def is_exercise(nb: nbformat.NotebookNode, course: nbformat.NotebookNode) -> bool:
+    """Whether ``nb`` is a copy of the course's exercise: it keeps at least half of the given cells."""
+    given = {source.strip() for source in scaffold_cells(course)}
+    present = {cell.source.strip() for cell in nb.cells if cell.cell_type == "code"}
+    return bool(given) and len(given & present) * 2 >= len(given)
+
+
+def checks_notebook(course: nbformat.NotebookNode, definitions: str, exercise: Exercise):
+    """The notebook the checks run in, and what each of its code cells is:
+    ("scaffold", None) | ("guard", None) | ("definitions", None) | ("step", Check) | ("check", Check)."""
+    cells, roles = [], []
+    for source in scaffold_cells(course):
+        cells.append(source)
+        roles.append(("scaffold", None))
+    cells.append(GUARD_CELL)
+    roles.append(("guard", None))
+    cells.append(f"__ftcourse_guard__.run({definitions!r})")
+    roles.append(("definitions", None))
+    for kind, entries in (("step", exercise.steps), ("check", exercise.checks)):
+        for entry in entries:
+            cells.append(f"__ftcourse_guard__.run({entry.code!r})")
+            roles.append((kind, entry))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb, roles
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def kernel_env(env: dict | None = None) -> dict:
+    """The sandboxed kernel's environment: the course's settings from ours, a private cache, ``env``."""
+    passed = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+    return {**passed, "FTCOURSE_CACHE": f"{sandbox.HOME}/.cache/ftcourse", "PYTHONDONTWRITEBYTECODE": "1",
+            **(env or {})}
+
+
+def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, use_sandbox: bool,
+             limits: sandbox.Limits) -> dict:
+    """Run ``nb`` through ``ftcourse.kernelrun`` (sandboxed); its report, or one saying why there is none."""
+    token = secrets.token_hex(16)
+    job = json.dumps({"notebook": nbformat.writes(nb), "timeout": timeout, "token": token,
+                      "output_bytes": limits.output_bytes // 2})
+    run = sandbox.run([sys.executable, "-m", "ftcourse.kernelrun"], job, timeout=timeout + 120, limits=limits,
+                      env=kernel_env(env), slot=slot, sandbox=use_sandbox)
+    for line in reversed(run.stdout.splitlines()):
+        if line.startswith(f"{RESULT_MARK} {token} "):
+            return json.loads(line.split(" ", 2)[2])
+    if run.flooded:
+        return {"status": "output flood", "cells": [], "stopped_at": None,
+                "message": f"more than {limits.output_bytes:,} bytes on the runner's output"}
+    if run.timed_out:
+        return {"status": "timeout", "cells": [], "stopped_at": None,
+                "message": f"the sandbox ran past {timeout + 120:.0f} s"}
+    return {"status": "kernel died", "cells": [], "stopped_at": None,
+            "message": f"the sandbox exited {run.returncode} without a result: {run.stderr.strip()[-300:]}"}
+
+
+def grade(path, exercise: Exercise | None = None, timeout: float = 600, check_timeout: float | None = None,
+          env: dict | None = None, use_sandbox: bool = True, slot: int = 0,
+          limits: sandbox.Limits | None = None) -> Submission:
+    """Grade one notebook (see the module's docstring). ``env`` adds environment variables for
+    the kernels, e.g. ``{"FTCOURSE_PROFILE": "smoke"}``; ``check_timeout`` limits the checks
+    run (default: ``timeout``); ``slot`` tells concurrent gradings apart (their sandbox uid)."""
     path = Path(path)
     exercise = exercise or find_exercise(path)
-    result = Submission(path=str(path), exercise=exercise.name)
+    limits = limits or sandbox.Limits(cpu_seconds=int(2 * timeout) + 60)
+    env = env or {}
+    result = Submission(path=str(path), exercise=exercise.name, sandboxed=use_sandbox,
+                        profile=env.get("FTCOURSE_PROFILE") or os.environ.get("FTCOURSE_PROFILE") or "offline")
     start = time.perf_counter()
     try:
         result.sha256 = sha256(path)
-        with tempfile.TemporaryDirectory(prefix="ftcourse-grade-") as folder:
-            copy = Path(folder) / path.name
-            shutil.copyfile(path, copy)
-            try:
-                nb = nbformat.read(copy, as_version=4)
-            except Exception as error:  # not JSON, not a notebook: report, don't crash
-                result.status = "unreadable"
-                result.cell_errors.append(CellError(-1, "", type(error).__name__, str(error)[:300]))
-            else:
-                _run(nb, exercise, result, Path(folder), timeout, check_timeout, env)
+        try:
+            nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+            nbformat.validate(nb)
+        except Exception as error:  # not JSON, not a notebook: report, don't crash
+            result.status = "unreadable"
+            result.cell_errors.append(CellError(-1, "", type(error).__name__, str(error)[:300]))
+        else:
+            _grade(nb, exercise, result, timeout, check_timeout or timeout, env, use_sandbox, slot, limits)
     except Exception as error:  # the grader's own failure, still one row of the report
         result.status = "grader error"
         result.cell_errors.append(CellError(-1, "", type(error).__name__, str(error)[:300]))
     if not result.checks:  # nothing could be checked: every part fails, saying why
-        reason = {"unreadable": "the notebook could not be read", "timeout": "the notebook timed out"}.get(
-            result.status, result.status)
-        if result.cell_errors and result.status not in ("timeout",):
+        reason = {"unreadable": "the notebook could not be read", "timeout": "the notebook timed out",
+                  "output flood": "the notebook flooded its output",
+                  "wrong exercise": f"this is not the exercise {exercise.name}"}.get(result.status, result.status)
+        if result.cell_errors and result.status not in ("timeout", "output flood", "wrong exercise"):
             last = result.cell_errors[-1]
             reason += f" ({last.ename}: {last.evalue})"
         for check in exercise.checks:
@@ -184,63 +415,195 @@ def grade(path, exercise: Exercise | None = None, timeout: float = 600, check_ti
     return result
 
 
-def _run(nb, exercise: Exercise, result: Submission, folder: Path, timeout: float, check_timeout: float,
-         env: dict | None) -> None:
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+def _grade(nb, exercise: Exercise, result: Submission, timeout: float, check_timeout: float, env: dict,
+           use_sandbox: bool, slot: int, limits: sandbox.Limits) -> None:
+    course = nbformat.read(exercise.course_path, as_version=4)
+    if not is_exercise(nb, course):
+        result.status = "wrong exercise"
+        result.failing_cell = CellError(-1, "", "WrongExercise",
+                                        f"fewer than half of the given cells of {exercise.name} are in this notebook")
+        result.cell_errors.append(result.failing_cell)
+        return
+    # 1. The notebook as submitted: its status, and which cells raised.
+    report = _execute(nb, timeout, env, slot, use_sandbox, limits)
+    for entry in report["cells"]:
+        if entry["error"]:
+            index = entry["index"]
+            result.cell_errors.append(CellError(index, _first_line(nb.cells[index].source), *entry["error"]))
+    if report["status"] != "ok":
+        result.status = report["status"]
+        index = report["stopped_at"]
+        where = (index, _first_line(nb.cells[index].source)) if index is not None else (-1, "")
+        result.failing_cell = CellError(*where, {"timeout": "Timeout", "output flood": "OutputFlood"}.get(
+            report["status"], "DeadKernelError"), report["message"])
+        result.cell_errors.append(result.failing_cell)
+        return
+    if result.cell_errors:
+        result.status = "errors"
+        result.failing_cell = result.cell_errors[0]
+    # 2. The checks, in a kernel built from the course's cells and the submission's definitions only.
+    given = {c.source.strip() for c in course.cells if c.cell_type == "code" and STUB not in c.source}
+    definitions, result.notes = student_definitions(nb, scaffold_names(course), given)
+    checks_nb, roles = checks_notebook(course, definitions, exercise)
+    report = _execute(checks_nb, check_timeout, env, slot, use_sandbox, limits)
+    errors = {entry["index"]: entry["error"] for entry in report["cells"]}
+    ran = set(errors)
+    for index, (role, _) in enumerate(roles):
+        if role in ("scaffold", "guard") and index in ran and errors[index]:
+            raise RuntimeError(f"the course's own cell failed in the checks kernel: {errors[index][0]}: "
+                               f"{errors[index][1][:200]}")
+    not_run = f"not run: the checks {report['status']} ({report['message']})" if report["status"] != "ok" else ""
+    failed_steps = {}
+    tampered = False
+    for index, (role, entry) in enumerate(roles):
+        if role not in ("definitions", "step", "check"):
+            continue
+        error = errors.get(index) if index in ran else ["NotRun", not_run or "not run"]
+        if error and error[0] == TAMPERED:
+            tampered = True
+        if role == "definitions":
+            if error:
+                result.notes.append(f"the submission's definitions raised {error[0]}: {error[1][:200]}")
+            continue
+        if role == "step":
+            if error:
+                failed_steps[entry.part] = _message(*error)
+            continue
+        message = _message(*error) if error else ""
+        if error and error[0] != TAMPERED and entry.part in failed_steps:
+            message = failed_steps[entry.part]  # the check had nothing to check: say why
+        result.checks.append(PartResult(entry.part, error is None, message, entry.hidden,
+                                        review=bool(error) and error[0] == TAMPERED))
+    if report["status"] != "ok" and result.status == "ok":
+        result.status = report["status"]
+    if tampered:
+        result.status = REVIEW
+    # A part whose own cells raised in the submitted notebook cannot pass.
+    for error in result.cell_errors:
+        if error.cell < 0:
+            continue
+        for part in sorted(cell_parts(nb.cells[error.cell].source, exercise)):
+            result.checks.append(PartResult(part, False, f"its cell {error.cell} (`{error.first_line}`) raised: "
+                                            f"{_message(error.ename, error.evalue)}", False))
 
-    client = NotebookClient(nb, timeout=int(timeout), kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(folder)}})
-    deadline = time.monotonic() + timeout
-    kernel_env = {**os.environ, **(env or {})}
-    current = None
+
+# ----------------------------------------------------------------------------- a whole class
+
+
+def submissions_in(folder: Path) -> dict:
+    """Student -> notebook, for every ``.ipynb`` under ``folder`` (checkpoints skipped). A
+    student is the notebook's folder below ``folder`` (``alice/05_...ipynb``), or its name."""
+    folder = Path(folder)
+    found = {}
+    for path in sorted(folder.rglob("*.ipynb")):
+        if ".ipynb_checkpoints" in path.parts:
+            continue
+        relative = path.relative_to(folder)
+        student = "/".join(relative.parent.parts) if relative.parent.parts else relative.stem
+        if student in found:
+            student = relative.as_posix()
+        found[student] = path
+    return found
+
+
+def default_workers(per_run_bytes: int = 3 * sandbox.GiB) -> int:
+    """As many gradings at once as the cores and the available memory allow (at least one)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
-        with client.setup_kernel(env=kernel_env):
-            for index, cell in enumerate(nb.cells):
-                if cell.cell_type != "code":
-                    continue
-                current = (index, cell)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise CellTimeoutError(f"the notebook's time limit ({timeout:.0f} s) ran out")
-                client.timeout = max(1, int(remaining))
-                client.execute_cell(cell, index)
-                error = _error_of(cell.outputs)
-                if error:
-                    result.cell_errors.append(CellError(index, _first_line(cell.source), *error))
-            current = None
-            if result.cell_errors:
-                result.status = "errors"
-                result.failing_cell = result.cell_errors[0]
-            client.timeout = int(check_timeout)
-            # The checks run as extra cells of the (temporary copy of the) notebook, in its kernel.
-            nb.cells.append(nbformat.v4.new_code_cell(CHECK_PRELUDE))
-            client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
-            for check in exercise.checks:
-                nb.cells.append(nbformat.v4.new_code_cell(check.code))
-                cell = nb.cells[-1]
-                try:
-                    client.execute_cell(cell, len(nb.cells) - 1)
-                except CellTimeoutError:
-                    result.checks.append(PartResult(check.part, False, f"the check timed out ({check_timeout:.0f} s)",
-                                                    check.hidden))
-                    continue
-                error = _error_of(cell.outputs)
-                result.checks.append(PartResult(check.part, error is None, "" if error is None else _message(*error),
-                                                check.hidden))
-    except CellTimeoutError as error:
-        result.status = "timeout"
-        index, cell = current if current else (-1, None)
-        result.failing_cell = CellError(index, _first_line(cell.source) if cell else "", "Timeout",
-                                        f"no result within the notebook's limit of {timeout:.0f} s")
-        result.cell_errors.append(result.failing_cell)
-        result.checks = []
-    except DeadKernelError as error:
-        result.status = "kernel died"
-        index, cell = current if current else (-1, None)
-        result.failing_cell = CellError(index, _first_line(cell.source) if cell else "", "DeadKernelError", str(error)[:300])
-        result.cell_errors.append(result.failing_cell)
-        result.checks = []
+        available = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                         if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        available = per_run_bytes
+    return max(1, min(cores, available // per_run_bytes))
+
+
+def _load_gradebook(path: Path) -> dict:
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))["submissions"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    book = {}
+    for row in rows:
+        try:
+            row = dict(row)
+            row["failing_cell"] = CellError(**row["failing_cell"]) if row.get("failing_cell") else None
+            row["cell_errors"] = [CellError(**e) for e in row.get("cell_errors", [])]
+            row["checks"] = [PartResult(**c) for c in row.get("checks", [])]
+            for derived in ("parts", "marks", "passed", "total"):
+                row.pop(derived, None)
+            result = Submission(**row)
+        except (TypeError, KeyError):
+            continue
+        book[(result.student, result.sha256, result.exercise, result.profile, result.sandboxed)] = result
+    return book
+
+
+def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: int | None = None,
+                 force: bool = False, timeout: float = 600, env: dict | None = None, use_sandbox: bool = True,
+                 progress: bool = True, limits: sandbox.Limits | None = None) -> list[Submission]:
+    """Grade every notebook under ``folder`` with ``workers`` in parallel; write ``gradebook``
+    (``.csv`` and ``.json``, one row per student). A submission already in the gradebook with the
+    same hash (same exercise, profile and sandboxing) is not graded again unless ``force``."""
+    from tqdm.auto import tqdm
+
+    folder, gradebook = Path(folder), Path(gradebook)
+    found = submissions_in(folder)
+    if not found:
+        raise GradingError(f"No notebooks (*.ipynb) under {folder}. Fix: put one notebook per student there, "
+                           "e.g. submissions/alice/05_exercise_bert_base.ipynb.")
+    profile = (env or {}).get("FTCOURSE_PROFILE") or os.environ.get("FTCOURSE_PROFILE") or "offline"
+    previous = {} if force else _load_gradebook(gradebook.with_suffix(".json"))
+    results, todo = {}, []
+    for student, path in found.items():
+        chosen = exercise or find_exercise(path)
+        key = (student, sha256(path), chosen.name, profile, use_sandbox)
+        if key in previous:
+            previous[key].path = str(path)
+            results[student] = previous[key]
+        else:
+            todo.append((student, path, chosen))
+    workers = max(1, min(workers or default_workers(), len(todo) or 1))
+    slots: queue.Queue = queue.Queue()
+    for slot in range(workers):
+        slots.put(slot)
+
+    def one(student, path, chosen):
+        slot = slots.get()  # each concurrent grading gets its own sandbox uid
+        try:
+            result = grade(path, chosen, timeout=timeout, env=env, use_sandbox=use_sandbox, slot=slot, limits=limits)
+        finally:
+            slots.put(slot)
+        result.student = student
+        return result
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(one, *job) for job in todo]
+        bar = tqdm(as_completed(futures), total=len(futures), desc=f"grading ({workers} workers)", unit="notebook",
+                   disable=not progress or not futures)
+        for future in bar:
+            result = future.result()
+            results[result.student] = result
+    ordered = [results[student] for student in found]
+    write_gradebook(ordered, gradebook)
+    return ordered
+
+
+def write_gradebook(results: list[Submission], gradebook) -> tuple[Path, Path]:
+    """``gradebook.csv`` (one row per student, one column per part: PASS / FAIL / REVIEW) and
+    ``gradebook.json`` (everything, with every check's message)."""
+    gradebook = Path(gradebook)
+    gradebook.parent.mkdir(parents=True, exist_ok=True)
+    parts = list(dict.fromkeys(p for r in results for p in r.parts()))
+    csv_path, json_path = gradebook.with_suffix(".csv"), gradebook.with_suffix(".json")
+    with csv_path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student", "exercise", "status", *parts, "passed", "total", "sha256", "seconds"])
+        for r in results:
+            marks = r.marks()
+            writer.writerow([r.student, r.exercise, r.status, *(marks.get(p, "") for p in parts),
+                             sum(r.parts().values()), len(marks), r.sha256, f"{r.seconds:.0f}"])
+    write_report(results, json_path)
+    return csv_path, json_path
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -253,7 +616,7 @@ def _name(result: Submission) -> str:
 
 
 def table(results: list[Submission]) -> str:
-    """One row per submission: its status, then PASS / FAIL per exercise part."""
+    """One row per submission: its status, then PASS / FAIL / REVIEW per exercise part."""
     parts = list(dict.fromkeys(p for r in results for p in r.parts()))
     name_width = max([len("submission")] + [len(_name(r)) for r in results])
     status_width = max([len("status")] + [len(r.status) for r in results])
@@ -261,22 +624,24 @@ def table(results: list[Submission]) -> str:
         f"{p:<9}" for p in parts) + "  passed"
     lines = [header, "-" * len(header)]
     for r in results:
-        marks = r.parts()
-        cells = "  ".join(f"{('PASS' if marks.get(p) else 'FAIL') if p in marks else '-':<9}" for p in parts)
+        marks = r.marks()
+        cells = "  ".join(f"{marks.get(p, '-'):<9}" for p in parts)
         lines.append(f"{_name(r):<{name_width}}  {r.status:<{status_width}}  {cells}  "
-                     f"{sum(marks.values())}/{len(marks)}")
+                     f"{sum(r.parts().values())}/{len(marks)}")
     return "\n".join(lines)
 
 
 def details(result: Submission) -> str:
     """Why things failed, for one submission: the first failing cell and each failed check."""
-    lines = [f"{_name(result)}: {result.status}, {result.seconds:.0f} s"]
+    lines = [f"{_name(result)}: {result.status}, {result.seconds:.0f} s"
+             + ("" if result.sandboxed else " (NOT sandboxed)")]
     if result.failing_cell:
         cell = result.failing_cell
         lines.append(f"  first failing cell: {cell.cell} `{cell.first_line}` -> {_message(cell.ename, cell.evalue)}")
     for check in result.checks:
         if not check.passed:
-            lines.append(f"  {check.part}{' (hidden)' if check.hidden else ''}: {check.message}")
+            lines.append(f"  {check.part}{' (hidden)' if check.hidden else ''}"
+                         f"{' [REVIEW]' if check.review else ''}: {check.message}")
     return "\n".join(lines)
 
 
@@ -285,7 +650,8 @@ def write_report(results: list[Submission], path) -> Path:
     path = Path(path)
     report = {
         "submissions": [
-            {**asdict(r), "parts": r.parts(), "passed": sum(r.parts().values()), "total": len(r.parts())}
+            {**asdict(r), "parts": r.parts(), "marks": r.marks(), "passed": sum(r.parts().values()),
+             "total": len(r.parts())}
             for r in results
         ]
     }

@@ -1,0 +1,155 @@
+"""The sandbox every submission runs in: bubblewrap, an unprivileged user, read-only course,
+private home, no network, and limits that stop memory hogs, fork bombs and output floods.
+
+These tests need bwrap (`make system-packages` installs it). Without it they skip on a
+laptop, and fail under CI=true: a CI that cannot sandbox must not look green."""
+
+import os
+import resource
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from ftcourse import cli, sandbox
+from ftcourse.config import REPO_ROOT
+
+
+def require_bwrap():
+    if sandbox.bwrap() is None:
+        message = "bubblewrap (bwrap) is not installed: run `make system-packages`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def _bwrap():
+    require_bwrap()
+
+
+def run_python(code: str, timeout: float = 60, limits: sandbox.Limits = sandbox.Limits()):
+    return sandbox.run([sys.executable, "-c", code], "", timeout=timeout, limits=limits)
+
+
+class PeakRSS:
+    """This process's resident memory, sampled every 50 ms while the block runs (MiB)."""
+
+    def __enter__(self):
+        self.base = self.peak = self._rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    @staticmethod
+    def _rss() -> float:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def _sample(self):
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, self._rss())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def growth(self) -> float:
+        return self.peak - self.base
+
+
+def test_it_runs_as_an_unprivileged_user_without_capabilities():
+    result = run_python("import os; print(os.getuid(), os.getgid(), os.getgroups()); "
+                        "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0]); print(os.getcwd())")
+    assert result.returncode == 0, result.stderr
+    uid, gid, groups = result.stdout.splitlines()[0].split(" ", 2)
+    assert uid != "0" and gid != "0" and groups == "[]"
+    if os.geteuid() == 0:  # as root, the grader drops to its own uid range
+        assert int(uid) >= sandbox.UID_BASE
+    assert int(result.stdout.splitlines()[1], 16) == 0  # no capability at all
+    assert result.stdout.splitlines()[2] == sandbox.HOME
+
+
+def test_nothing_outside_changes_and_the_course_is_read_only(tmp_path):
+    tag = uuid.uuid4().hex
+    home = os.path.expanduser(f"~/ftcourse-sandbox-{tag}")  # the grader's real home, not the sandbox's
+    refused = [str(REPO_ROOT / f"ftcourse-sandbox-{tag}"), str(REPO_ROOT / "ftcourse" / f"sandbox-{tag}.py"),
+               home, str(tmp_path / "beside-the-grader")]
+    private = [f"/tmp/ftcourse-sandbox-{tag}", f"{sandbox.HOME}/ftcourse-sandbox-{tag}"]  # the sandbox's own
+    code = ("import os\nfor path in %r:\n    try:\n        open(path, 'w').write('x'); print('WROTE', path)\n"
+            "    except OSError as e:\n        print('refused', type(e).__name__)\n"
+            "print(sorted(os.listdir(%r)))") % (refused + private, str(REPO_ROOT))
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    wrote = [line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith("WROTE")]
+    assert wrote == private  # inside, its private /tmp and home work; nothing else does
+    assert not any(os.path.exists(path) for path in refused + private[:1])
+    # Only the package, its data and the environment are visible: not the tests, not the notebooks, not .git.
+    visible = eval(result.stdout.splitlines()[-1])
+    assert "ftcourse" in visible and ".git" not in visible and "notebooks" not in visible and "tests" not in visible
+
+
+def test_no_network():
+    result = run_python("import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n"
+                        "    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)")
+    assert result.returncode == 0 and "refused" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_memory_hog_hits_the_address_space_limit():
+    limits = sandbox.Limits(memory_bytes=1 * sandbox.GiB)
+    result = run_python("held = []\ntry:\n    while True:\n        held.append(bytearray(64 * 2**20))\n"
+                        "except MemoryError:\n    print('stopped at', len(held) * 64, 'MiB')", limits=limits)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.split()[2]) < 1024
+
+
+def test_a_fork_bomb_is_bounded_and_dies_with_the_sandbox():
+    limits = sandbox.Limits(processes=64)
+    code = ("import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+            "            time.sleep(600); os._exit(0)\n        n += 1\nexcept OSError:\n    print('forks', n, flush=True)\n")
+    start = time.monotonic()
+    result = run_python(code, timeout=60, limits=limits)
+    assert result.returncode == 0, result.stderr
+    assert 0 < int(result.stdout.split()[1]) < 64
+    assert time.monotonic() - start < 30  # the sleeping children did not keep the sandbox alive
+
+
+def test_an_output_flood_is_stopped_at_bounded_memory():
+    limits = sandbox.Limits(output_bytes=4 * sandbox.MiB)
+    with PeakRSS() as memory:
+        result = run_python("while True:\n    print('x' * 10000)", timeout=120, limits=limits)
+    assert result.flooded and not result.timed_out
+    assert result.seconds < 20
+    assert len(result.stdout) <= limits.output_bytes
+    assert memory.growth < 64, f"the grader grew by {memory.growth:.0f} MiB"
+
+
+def test_the_wall_clock_limit_kills_an_infinite_loop():
+    result = run_python("while True:\n    pass", timeout=3)
+    assert result.timed_out and result.seconds < 15
+
+
+def test_without_bwrap_the_grader_refuses_and_says_how_to_install(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(sandbox, "bwrap", lambda: None)
+    with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install"):
+        sandbox.require()
+    notebook = tmp_path / "05_exercise_bert_base.ipynb"
+    notebook.write_text("not json")
+    assert cli.main(["grade", str(notebook), "--report", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert "bubblewrap (bwrap) is not installed" in err and "make system-packages" in err and "--no-sandbox" in err
+    assert not (tmp_path / "r.json").exists()
+    # The explicit flag grades anyway, and says it is not sandboxed.
+    assert cli.main(["grade", str(notebook), "--no-sandbox", "--report", str(tmp_path / "r.json")]) == 1
+    assert "--no-sandbox" in capsys.readouterr().err
+
+
+def test_limits_do_not_reach_the_grader():
+    run_python("print(1)", limits=sandbox.Limits(processes=8, memory_bytes=sandbox.GiB))
+    assert resource.getrlimit(resource.RLIMIT_NPROC)[0] != 8
