@@ -293,7 +293,8 @@ def _book_checks(name: str, page) -> list[str]:
 def test_every_page_loads_in_headless_chromium(built_site):
     pages = sorted(p.relative_to(built_site).as_posix() for p in built_site.rglob("*.html")
                    if not p.relative_to(built_site).parts[0].startswith("_"))
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(SCREENSHOTS, ignore_errors=True)  # no stale page left from an earlier site
+    SCREENSHOTS.mkdir(parents=True)
     with _browser(built_site) as (context, origin, left):
         problems = _check_pages(context, origin, pages, SCREENSHOTS, _book_checks)
     assert not left, f"pages asked for things from other machines: {sorted(set(left))}"
