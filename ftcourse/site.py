@@ -139,8 +139,8 @@ def entries(executed: Path, status: dict[str, str] | None = None) -> list[Entry]
 
 
 def md_text(text) -> str:
-    """Text that Markdown (MyST, with $math$) shows as typed."""
-    return re.sub(r"([\\`*_\[\]{}<>|$#])", r"\\\1", str(text))
+    """Text that Markdown (MyST, with $math$) shows as typed, on one line (a table's cell)."""
+    return re.sub(r"([\\`*_\[\]{}<>|$#])", r"\\\1", " ".join(str(text).split()))
 
 
 def link_text(title: str) -> str:

@@ -43,7 +43,7 @@ def _synthetic_course(root: Path) -> None:
     """Lesson 1 records a headline, lesson 2 does not."""
     (root / "notebooks").mkdir(parents=True)
     headline = report.headline("01", "Lesson 1: frozen vs fine-tuned", "offline",
-                               [("fine-tuned accuracy | dev", 0.8125, 0.93, "accuracy"), ("trainable parameters", 4_386_306)],
+                               [("fine-tuned accuracy | dev", 0.8125, 0.93, "accuracy"), ("trainable\nparameters", 4_386_306)],
                                verdicts=["fine-tuning beats frozen: yes"])
     nbformat.write(_notebook("Lesson 1 — The composition", headline), root / "notebooks" / "01_composition.ipynb")
     nbformat.write(_notebook("Lesson 2: the [CLS] layer, `code` and $x$"), root / "notebooks" / "02_feature_readout.ipynb")
