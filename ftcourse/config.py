@@ -148,6 +148,48 @@ PROFILES["smoke"] = PROFILES["offline"].with_(
     stability_seeds=(0,),
 )
 
+# ----------------------------------------------------------------------------- issue 16
+# The paper profile's models and code path (bert-base-uncased and SBERT-NLI-base, from the
+# hub or its cache) on a few dozen examples: every notebook end to end on a CPU in CI, with
+# random stand-ins in an offline hub cache (tests/test_paper_profile.py). Numbers mean nothing.
+PROFILES["paper-smoke"] = PROFILES["paper"].with_(
+    name="paper-smoke",
+    description="the paper profile's models and code path on a few dozen examples, for testing "
+    "notebooks end to end on a CPU (numbers mean nothing)",
+    train_sizes={"sst2": 32, "conll2003": 32, "stsb": 32},
+    eval_sizes={"sst2": 32, "conll2003": 32, "stsb": 32},
+    max_length=64,  # as offline: at 32, lesson 1's question-answer example loses its answer span
+    batch_size=16,
+    epochs=1,
+    lstm_hidden=32,  # the head's size does not change the code path; 768 would only cost time
+    readout_epochs=1,
+    finetune_epochs=1,
+    seeds=(0,),
+    learning_curve_sizes=(8, 16),
+    learning_curve_seeds=(0,),
+    learning_curve_min_examples=16,
+    learning_curve_eval_size=64,  # lesson 3 times the merged adapter on a batch of 64 dev sentences
+    adapter_train_size=16,
+    siamese_epochs=1,
+    exercise_train_size=16,
+    exercise_eval_size=16,
+    exercise_epochs=1,
+    stability_seeds=(0,),
+)
+
+# Online students without a GPU: a real raw BERT from the hub (Google's BERT-mini, 4 x 256,
+# MLM-pretrained; Turc et al. 2019) at the offline profile's sizes and learning rates.
+# bert-base itself at these sizes: FTCOURSE_ENCODER=bert-base-uncased FTCOURSE_RAW_ENCODER=
+# bert-base-uncased (README, "Profiles", for the time each lesson takes on a CPU).
+PROFILES["laptop"] = PROFILES["offline"].with_(
+    name="laptop",
+    description="a CPU and the Hugging Face hub: Google's BERT-mini (a real MLM-only BERT, 4 x 256) "
+    "adapted and read raw, the packaged all-MiniLM-L6-v2 as the sentence model, the offline profile's sizes",
+    encoder="google/bert_uncased_L-4_H-256_A-4",
+    raw_encoder="google/bert_uncased_L-4_H-256_A-4",
+    sentence="packaged",
+)
+
 DEFAULT_PROFILE = "offline"
 
 

@@ -171,7 +171,10 @@ def save_task_adapter(model: heads_module.TaskModel, folder, task: str) -> dict:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     active = encoder.active_adapter
-    encoder.save_pretrained(folder, selected_adapters=[active], safe_serialization=True)
+    # save_embedding_layers=False: the course never resizes the vocabulary, and peft's "auto"
+    # asks the hub for the base model's config (offline, with a hub id: a warning that
+    # prints a machine path).
+    encoder.save_pretrained(folder, selected_adapters=[active], safe_serialization=True, save_embedding_layers=False)
     if active != "default":  # peft puts non-default adapters in a subfolder: flatten it
         for file in (folder / active).iterdir():
             file.replace(folder / file.name)

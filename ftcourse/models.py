@@ -146,9 +146,56 @@ def _hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
+def _config_without_model_type(source: str) -> BertConfig | None:
+    """The configuration of a BERT whose config.json predates ``model_type``, else ``None``.
+
+    Google's BERT checkpoints (the miniatures such as google/bert_uncased_L-4_H-256_A-4)
+    carry their TensorFlow-era config.json and only vocab.txt; transformers >= 5 no longer
+    guesses the type from the id, so AutoConfig and AutoTokenizer fail on them. Every
+    encoder of this course is a BERT, so such a config is read as one.
+    """
+    from transformers import PretrainedConfig
+
+    try:
+        values, _ = PretrainedConfig.get_config_dict(source, local_files_only=is_local(source))
+    except (OSError, ValueError):
+        return None  # the normal load reports what is missing
+    return None if "model_type" in values else BertConfig.from_dict(values)
+
+
+def loadable_source(source: str) -> str:
+    """``source`` as a library that loads it with the Auto classes itself can take it
+    (sentence-transformers' ``Transformer``): ``source`` unchanged, or, for a BERT whose
+    config.json predates ``model_type``, a copy saved once in today's format under
+    ``<cache>/models/`` (delete it to copy again)."""
+    legacy = _config_without_model_type(source)
+    if legacy is None:
+        return source
+    from transformers import BertModel, BertTokenizer
+
+    folder = config.cache_dir() / "models" / source.strip("/").replace("/", "--")
+    if not (folder / "config.json").is_file():
+        local = is_local(source)
+        model = BertModel.from_pretrained(source, config=legacy, local_files_only=local)
+        tokenizer = BertTokenizer.from_pretrained(source, model_max_length=legacy.max_position_embeddings,
+                                                  local_files_only=local)
+        partial = folder.with_name(folder.name + ".partial")  # a crash leaves no half copy behind
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        partial.replace(folder)
+    return str(folder)
+
+
 def load_tokenizer(role: str = "encoder", profile=None, **kwargs):
     """The tokenizer that belongs to the model playing ``role``."""
-    return _load(AutoTokenizer.from_pretrained, model_source(role, profile), role, profile, **kwargs)
+    source = model_source(role, profile)
+    legacy = _config_without_model_type(source) if role != "sentence" else None
+    if legacy is not None:  # a vocab.txt alone: BERT's WordPiece, limited to its positions
+        from transformers import BertTokenizer
+
+        kwargs.setdefault("model_max_length", legacy.max_position_embeddings)
+        return _load(BertTokenizer.from_pretrained, source, role, profile, **kwargs)
+    return _load(AutoTokenizer.from_pretrained, source, role, profile, **kwargs)
 
 
 def load_encoder(profile=None, model_class=AutoModel, role: str = "encoder", **kwargs):
@@ -158,7 +205,12 @@ def load_encoder(profile=None, model_class=AutoModel, role: str = "encoder", **k
     if role not in ("encoder", "raw_encoder"):
         raise UnknownRoleError(f"load_encoder loads an encoder role, not {role!r}. "
                                "Fix: role='encoder' or role='raw_encoder' (load_sentence_model for 'sentence').")
-    return _load(model_class.from_pretrained, model_source(role, profile), role, profile, **kwargs)
+    source = model_source(role, profile)
+    if "config" not in kwargs and (legacy := _config_without_model_type(source)) is not None:
+        # Configuration keywords (num_labels=2) go into the config, the rest to the model.
+        legacy, kwargs = BertConfig.from_dict(legacy.to_dict(), return_unused_kwargs=True, **kwargs)
+        kwargs["config"] = legacy
+    return _load(model_class.from_pretrained, source, role, profile, **kwargs)
 
 
 def load_raw_encoder(profile=None, model_class=AutoModel, **kwargs):

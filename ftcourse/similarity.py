@@ -326,8 +326,10 @@ def sentence_model(source: str, pooling: str = "mean", max_length: int = 128, de
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
+    from . import models
+
     check_pooling(pooling)
-    transformer = Transformer(source, max_seq_length=max_length)
+    transformer = Transformer(models.loadable_source(source), max_seq_length=max_length)
     pooling_module = Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)
     return SentenceTransformer(modules=[transformer, pooling_module], device=device)
 

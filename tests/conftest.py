@@ -44,9 +44,13 @@ def tokenizer():
 def paper_hub_cache(tmp_path_factory):
     """A Hugging Face hub cache holding random stand-ins for the paper profile's models
     under their real ids (``tests/paper_cache.py``); built once per session (~900 MB)."""
+    import shutil
+
     import paper_cache
 
-    return paper_cache.build(tmp_path_factory.mktemp("hf") / "hub")
+    cache = paper_cache.build(tmp_path_factory.mktemp("hf") / "hub")
+    yield cache
+    shutil.rmtree(cache, ignore_errors=True)  # pytest keeps its last temp folders: not these 900 MB
 
 
 @pytest.fixture

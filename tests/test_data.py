@@ -37,7 +37,7 @@ def test_unknown_dataset_and_profile():
     with pytest.raises(data.DataError, match="Known datasets: conll2003, sst2, stsb"):
         data.load("imdb")
     with pytest.raises(config.ConfigError, match="Known profiles"):
-        config.get_profile("laptop")
+        config.get_profile("no-such-profile")
 
 
 def test_missing_folder_names_the_path_and_the_fix(tmp_path, monkeypatch):
