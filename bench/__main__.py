@@ -1,7 +1,9 @@
 """``python -m bench [names...]``: run the benchmarks and print one table.
 
-Names: loop, throughput, readout, course (default: all). ``--update-readme`` writes the
-table, with the machine it came from, into bench/README.md.
+Names: loop, throughput, readout, course (default: all), and paper_cpu (only by name: each
+lesson with bert-base at the offline profile's sizes, hours on a CPU; its own options follow
+it, see ``python -m bench paper_cpu --help``). ``--update-readme`` writes the table, with the
+machine it came from, into bench/README.md.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from . import common
 
 NAMES = ("loop", "throughput", "readout", "course")
+ON_REQUEST = ("paper_cpu",)  # never part of "all": it takes hours on a CPU
 README = Path(__file__).with_name("README.md")
 READOUT_SPEED = Path(__file__).with_name("readout_speed.py")
 
@@ -49,11 +52,17 @@ def main(argv=None) -> int:
                         help="torch CPU threads for the in-process benchmarks (default: torch's choice); on a "
                              "machine shared with other jobs, 1 avoids threads waiting on each other")
     parser.add_argument("--update-readme", action="store_true", help="write the table into bench/README.md")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["paper_cpu"]:  # its own command line (python -m bench paper_cpu --help)
+        from . import paper_cpu
+
+        return paper_cpu.main(argv[1:])
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress shows up even when piped to a file
     unknown = [n for n in args.names if n not in NAMES]
     if unknown:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(NAMES)}")
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(NAMES + ON_REQUEST)}"
+                     + ("; paper_cpu runs alone: python -m bench paper_cpu" if "paper_cpu" in unknown else ""))
     names = [n for n in (args.names or NAMES) if not (n == "course" and args.skip_course)]
 
     if args.threads:

@@ -104,6 +104,9 @@ def build(cache: Path, seed: int = 0) -> Path:
     import torch
     from transformers import BertConfig, BertForPreTraining, BertModel
 
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Writing model shards" bars, twice per build
     cache = Path(cache)
     cache.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
