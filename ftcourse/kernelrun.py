@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 
 RESULT_MARK = "FTCOURSE-RESULT"
 PR_SET_DUMPABLE = 4
-
-
-class OutputFlood(Exception):
-    """The kernel sent more output than the job allows."""
 
 
 def _non_dumpable() -> None:
@@ -50,12 +48,17 @@ def execute(nb, timeout: float, output_bytes: int) -> dict:
 
     class CappedClient(NotebookClient):
         sent = 0
+        flooded = False
 
         def output(self, outs, msg, display_id, cell_index):
-            # Count what the kernel sends before nbclient keeps it; past the cap, stop the kernel.
+            # Count what the kernel sends before nbclient keeps it; past the cap, keep nothing more and
+            # kill the kernel (raising here would only end nbclient's output task, not the cell).
             self.sent += len(json.dumps(msg.get("content", {}), default=str))
             if self.sent > output_bytes:
-                raise OutputFlood(f"more than {output_bytes:,} bytes of output")
+                if not self.flooded:
+                    self.flooded = True
+                    os.kill(self.km.provisioner.process.pid, signal.SIGKILL)
+                return None
             return super().output(outs, msg, display_id, cell_index)
 
     client = CappedClient(nb, timeout=int(timeout), kernel_name="python3", allow_errors=True,
@@ -80,12 +83,11 @@ def execute(nb, timeout: float, output_bytes: int) -> dict:
             current = None
     except CellTimeoutError:
         report.update(status="timeout", message=f"no result within the limit of {timeout:.0f} s")
-    except DeadKernelError as error:
+    except (DeadKernelError, RuntimeError) as error:  # RuntimeError: a kernel that died before replying
         report.update(status="kernel died", message=str(error)[:300])
-    except OutputFlood as error:
-        report.update(status="output flood", message=str(error))
-    except RuntimeError as error:  # nbclient wraps a kernel that died before replying
-        report.update(status="kernel died", message=str(error)[:300])
+    if client.flooded:
+        report.update(status="output flood", message=f"more than {output_bytes:,} bytes of output: the kernel "
+                                                     "was stopped")
     report["stopped_at"] = current
     return report
 
