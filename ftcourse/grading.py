@@ -348,21 +348,24 @@ def checks_notebook(course: nbformat.NotebookNode, definitions: str, exercise: E
 # ----------------------------------------------------------------------------- running
 
 
-def kernel_env(env: dict | None = None) -> dict:
+def kernel_env(env: dict | None = None, sandboxed: bool = True) -> dict:
     """The sandboxed kernel's environment: the course's settings from ours, a private cache, ``env``."""
     passed = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
-    return {**passed, "FTCOURSE_CACHE": f"{sandbox.HOME}/.cache/ftcourse", "PYTHONDONTWRITEBYTECODE": "1",
-            **(env or {})}
+    private = {"FTCOURSE_CACHE": f"{sandbox.HOME}/.cache/ftcourse"} if sandboxed else {}
+    return {**passed, **private, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
 
 
 def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, use_sandbox: bool,
              limits: sandbox.Limits) -> dict:
     """Run ``nb`` through ``ftcourse.kernelrun`` (sandboxed); its report, or one saying why there is none."""
     token = secrets.token_hex(16)
+    # The runner's cap on the kernel's output sits below the grader's cap on the runner's stdout, so a
+    # print flood is stopped, and named, by the runner; the grader's cap catches anything else.
     job = json.dumps({"notebook": nbformat.writes(nb), "timeout": timeout, "token": token,
                       "output_bytes": limits.output_bytes // 2})
+    # Slack beyond the notebook's own limit: starting the sandbox and the kernel.
     run = sandbox.run([sys.executable, "-m", "ftcourse.kernelrun"], job, timeout=timeout + 120, limits=limits,
-                      env=kernel_env(env), slot=slot, sandbox=use_sandbox)
+                      env=kernel_env(env, use_sandbox), slot=slot, sandbox=use_sandbox)
     for line in reversed(run.stdout.splitlines()):
         if line.startswith(f"{RESULT_MARK} {token} "):
             return json.loads(line.split(" ", 2)[2])
@@ -384,6 +387,7 @@ def grade(path, exercise: Exercise | None = None, timeout: float = 600, check_ti
     run (default: ``timeout``); ``slot`` tells concurrent gradings apart (their sandbox uid)."""
     path = Path(path)
     exercise = exercise or find_exercise(path)
+    # RLIMIT_CPU is per process and counts every thread: twice the wall-clock limit, for torch's threads.
     limits = limits or sandbox.Limits(cpu_seconds=int(2 * timeout) + 60)
     env = env or {}
     result = Submission(path=str(path), exercise=exercise.name, sandboxed=use_sandbox,

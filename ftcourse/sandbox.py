@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -151,11 +152,18 @@ def run(argv: list[str], stdin: str, timeout: float, limits: Limits = Limits(), 
         slot: int = 0, sandbox: bool = True) -> SandboxRun:
     """Run ``argv`` (sandboxed unless ``sandbox=False``), feeding ``stdin``; never raises for what
     the command does. stdout beyond ``limits.output_bytes`` kills it (``flooded``)."""
-    full = command(argv, limits, env or {}, slot) if sandbox else list(argv)
-    child_env = None if sandbox else {**os.environ, "HOME": os.environ.get("HOME", ""), **(env or {})}
+    if sandbox:
+        return _run(command(argv, limits, env or {}, slot), stdin, timeout, limits, None, None)
+    # Unsandboxed (--no-sandbox): at least a throwaway working directory, not the grader's.
+    with tempfile.TemporaryDirectory(prefix="ftcourse-unsandboxed-") as folder:
+        return _run(list(argv), stdin, timeout, limits, {**os.environ, **(env or {})}, folder)
+
+
+def _run(full: list[str], stdin: str, timeout: float, limits: Limits, child_env: dict | None,
+         cwd: str | None) -> SandboxRun:
     start = time.monotonic()
     process = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True, env=child_env)
+                               start_new_session=True, env=child_env, cwd=cwd)
     kept = {"stdout": bytearray(), "stderr": bytearray()}
     flooded = threading.Event()
 

@@ -3,6 +3,7 @@ timeouts are reported with their cell, a part whose own cell raised fails, and n
 crashes the grader. (The real exercise and hostile submissions: tests/test_grading_hostile.py.)"""
 
 import json
+import os
 
 import nbformat
 import pytest
@@ -14,18 +15,16 @@ SCAFFOLD = "import os\nfrom ftcourse import checks"
 STUB = "def {name}():\n    # YOUR CODE HERE\n    raise NotImplementedError()"
 
 
-@pytest.fixture(autouse=True)
-def _bwrap():
+@pytest.fixture
+def bwrap():
+    """The tests that grade need the sandbox: skipped without bwrap, failed under CI=true."""
     if sandbox.bwrap() is None:
-        import os
-
-        if os.environ.get("CI") == "true":
-            pytest.fail("bubblewrap (bwrap) is not installed: run `make system-packages`")
-        pytest.skip("bubblewrap (bwrap) is not installed: run `make system-packages`")
+        message = "bubblewrap (bwrap) is not installed: run `make system-packages`"
+        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
 
 
 @pytest.fixture
-def toy(tmp_path):
+def toy(tmp_path, bwrap):
     course = tmp_path / "course" / "toy.ipynb"
     course.parent.mkdir()
     cells = [new_markdown_cell("# toy"), new_code_cell(SCAFFOLD)]
@@ -129,7 +128,7 @@ def test_table_and_report(tmp_path):
     assert report["submissions"][0]["marks"] == {"x": "PASS", "y": "FAIL", "z": "REVIEW"}
 
 
-def test_command_line_usage_errors_and_an_unreadable_submission(tmp_path, capsys):
+def test_command_line_usage_errors_and_an_unreadable_submission(tmp_path, capsys, bwrap):
     assert cli.main(["grade", str(tmp_path / "missing.ipynb")]) == 2
     broken = tmp_path / "05_exercise_bert_base.ipynb"
     broken.write_text("not json")
