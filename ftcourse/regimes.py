@@ -1,7 +1,8 @@
 """Three regimes on the same data and budget: frozen + linear head, LoRA, full fine-tuning.
 
-- ``frozen``: the encoder runs once over the data; its [CLS] states are cached and a
-  linear head is trained on them (``train_linear_probe``). Only the head is stored.
+- ``frozen``: the encoder runs once over the data; its final states, pooled ([CLS] or mean;
+  the profile's ``frozen_pooling``), are cached and a linear head is trained on them
+  (``train_linear_probe``). Only the head is stored.
 - ``lora``: LoRA (``ftcourse.lora``) on the attention's query and value, plus the head.
 - ``finetune``: every weight trains (``ftcourse.heads.set_regime(..., "finetune")``).
 
@@ -65,45 +66,69 @@ def epochs_for(size: int, min_examples: int, epochs: int = 1) -> int:
 
 
 @torch.inference_mode()
-def cls_features(encoder: nn.Module, data: datasets.Dataset, batch_size: int = 128) -> torch.Tensor:
-    """The final [CLS] state of every example, in the dataset's order: (n, hidden)."""
+def sentence_features(encoder: nn.Module, data: datasets.Dataset, pooling: str = "cls",
+                      batch_size: int = 128) -> torch.Tensor:
+    """One final-layer vector per example, in the dataset's order: (n, hidden). ``pooling``
+    is ``"cls"`` (the state at position 0, what BERT's classifier reads) or ``"mean"`` (the
+    average over real tokens, what a sentence-pair-trained encoder was trained to offer)."""
+    from .similarity import check_pooling, pool
+
+    check_pooling(pooling)
     encoder.eval()
     data = data.remove_columns([c for c in ("labels",) if c in data.column_names])
-    states = training.in_dataset_order(lambda batch: encoder(**batch).last_hidden_state[:, 0].float(),
-                                       data, batch_size)
-    return torch.stack(states)
+
+    def pooled(batch):
+        return pool(encoder(**batch).last_hidden_state, batch["attention_mask"], pooling).float()
+
+    return torch.stack(training.in_dataset_order(pooled, data, batch_size))
 
 
-def cached_cls_features(encoder: nn.Module, data: datasets.Dataset, name: str) -> tuple[torch.Tensor, float]:
-    """``cls_features``, kept under ``cache_dir()/lesson3`` in a file named by a hash of the
-    encoder's weights (``models.fingerprint``) and the token ids: another encoder,
-    tokenizer, max_length or subset gives another file, so a cache is never stale. Delete
-    the folder to rebuild. Returns the features and the seconds the extraction took
-    (measured when it ran; 0.0 when read from the cache)."""
+def cls_features(encoder: nn.Module, data: datasets.Dataset, batch_size: int = 128) -> torch.Tensor:
+    """The final [CLS] state of every example, in the dataset's order: (n, hidden)."""
+    return sentence_features(encoder, data, "cls", batch_size)
+
+
+def cached_features(encoder: nn.Module, data: datasets.Dataset, name: str,
+                    pooling: str = "cls") -> tuple[torch.Tensor, float]:
+    """``sentence_features``, kept under ``cache_dir()/features`` in a file named by the
+    pooling and a hash of the encoder's weights (``models.fingerprint``) and the token ids:
+    another encoder, tokenizer, max_length or subset gives another file, so a cache is never
+    stale. Delete the folder to rebuild. Returns the features and the seconds the extraction
+    took (measured when it ran; 0.0 when read from the cache)."""
     from safetensors.torch import load_file, save_file
 
     digest = hashlib.sha256(f"{FEATURES_FORMAT}|{models.fingerprint(encoder)}".encode())
     for ids in data["input_ids"]:
         digest.update(bytes(str(ids), "ascii"))
-    path = config.cache_dir() / "lesson3" / f"{name}-cls-{digest.hexdigest()[:16]}.safetensors"
+    path = config.cache_dir() / "features" / f"{name}-{pooling}-{digest.hexdigest()[:16]}.safetensors"
     if path.is_file():
         return load_file(path)["features"], 0.0
     start = time.perf_counter()
-    features = cls_features(encoder, data)
+    features = sentence_features(encoder, data, pooling)
     seconds = time.perf_counter() - start
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({"features": features.contiguous()}, path)
     return features, seconds
 
 
+def cached_cls_features(encoder: nn.Module, data: datasets.Dataset, name: str) -> tuple[torch.Tensor, float]:
+    """``cached_features`` of the final [CLS] state."""
+    return cached_features(encoder, data, name, "cls")
+
+
 def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_labels: int = 2, seed: int = 0,
                        steps: int = PROBE_STEPS, lr: float = PROBE_LR,
-                       weight_decay: float = PROBE_WEIGHT_DECAY) -> tuple[nn.Linear, float]:
+                       weight_decay: float = PROBE_WEIGHT_DECAY, losses: list | None = None) -> tuple[nn.Linear, float]:
     """A linear head on frozen features, trained full-batch with AdamW on standardised
     features (raw [CLS] dimensions differ in scale by orders of magnitude). The
     standardisation is then folded into the weights, so what is returned, and stored, is a
     plain ``nn.Linear`` over the raw features. Returns it and the seconds per epoch (one
-    full-batch step is one epoch)."""
+    full-batch step is one epoch). Pass a list as ``losses`` to collect the loss of every step."""
+    if len(features) != len(labels):
+        raise ValueError(f"{len(features)} feature rows but {len(labels)} labels: they must be the same examples. "
+                         "Fix: extract features from the same (tokenised) split the labels come from.")
+    if len(features) == 0:
+        raise ValueError("No training examples: the split is empty. Fix: check the dataset size in the profile.")
     torch.manual_seed(seed)
     mean, std = features.mean(0), features.std(0).clamp_min(1e-6)
     x = (features - mean) / std
@@ -112,6 +137,8 @@ def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_labels:
     start = time.perf_counter()
     for _ in range(steps):
         loss = nn.functional.cross_entropy(probe(x), labels)
+        if losses is not None:
+            losses.append(loss.item())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -163,7 +190,7 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
     if regime == "frozen":
         if train_features is None or dev_features is None:
             raise ValueError("The frozen regime trains on cached features: pass train_features and dev_features "
-                             "(see cached_cls_features).")
+                             "(see cached_features).")
         with training.peak_memory() as peak:
             probe, seconds = train_linear_probe(train_features, labels, seed=seed)
         with torch.no_grad():
@@ -199,12 +226,13 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
 
 def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dataset, sizes, seeds,
                    profile=None, min_examples: int = 0, regimes=REGIMES, name: str = "sst2",
-                   keep: tuple | None = None):
+                   keep: tuple | None = None, pooling: str | None = None):
     """``run_regime`` for every regime, labelled-set size and seed. A set of size ``n`` for
     seed ``s`` is ``n`` examples drawn from ``pool`` with seed ``s`` (the whole pool when
     ``n`` is its size). Features for the frozen regime are extracted once for the pool.
 
-    ``keep=(size, seed)``: also return the trained models of that run, by regime.
+    ``keep=(size, seed)``: also return the trained models of that run, by regime. The frozen
+    regime reads features pooled by ``pooling`` (default: the profile's ``frozen_pooling``).
     Returns ``(results, kept_models)``."""
     profile = config.get_profile(profile)
     sizes = sorted(sizes)
@@ -212,8 +240,9 @@ def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dat
         raise ValueError(f"The largest size {sizes[-1]} exceeds the pool of {len(pool)} examples.")
     pool_features = dev_features = None
     if "frozen" in regimes:
-        pool_features, _ = cached_cls_features(encoder, pool, f"{name}-train")
-        dev_features, _ = cached_cls_features(encoder, dev, f"{name}-dev")
+        pooling = pooling or profile.frozen_pooling
+        pool_features, _ = cached_features(encoder, pool, f"{name}-train", pooling)
+        dev_features, _ = cached_features(encoder, dev, f"{name}-dev", pooling)
     results, kept = [], {}
     runs = [(size, seed, regime) for size in sizes for seed in seeds for regime in regimes]
     for size, seed, regime in tqdm(runs, desc="learning curve"):

@@ -61,3 +61,33 @@ def test_each_regime_runs_and_reports_its_costs():
         regimes.run_regime("frozen", encoder, data, data, "offline")
     with pytest.raises(ValueError, match="Known regimes"):
         regimes.run_regime("adapters", encoder, data, data, "offline")
+
+
+def test_features_pool_cls_or_mean_and_are_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTCOURSE_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    encoder = BertModel(BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                   intermediate_size=32, vocab_size=50), add_pooling_layer=False).eval()
+    # Two lengths: mean pooling must ignore the padding that batching adds to the short one.
+    data = datasets.Dataset.from_dict({"input_ids": [[2, 5, 6, 3], [2, 7, 3]], "attention_mask": [[1] * 4, [1] * 3],
+                                       "labels": [0, 1]})
+    with torch.inference_mode():
+        alone = encoder(input_ids=torch.tensor([[2, 7, 3]])).last_hidden_state[0]
+    cls = regimes.sentence_features(encoder, data, "cls")
+    mean = regimes.sentence_features(encoder, data, "mean")
+    assert cls.shape == mean.shape == (2, 16)
+    assert torch.allclose(cls[1], alone[0], atol=1e-5) and torch.allclose(mean[1], alone.mean(0), atol=1e-5)
+    features, seconds = regimes.cached_features(encoder, data, "toy", "mean")
+    assert seconds > 0 and torch.allclose(features, mean)
+    again, seconds = regimes.cached_features(encoder, data, "toy", "mean")
+    assert seconds == 0.0 and torch.equal(again, features)
+    assert not torch.equal(regimes.cached_features(encoder, data, "toy", "cls")[0], features)
+    with pytest.raises(ValueError, match="Unknown pooling"):
+        regimes.sentence_features(encoder, data, "max")
+
+
+def test_linear_probe_rejects_mismatched_or_empty_data():
+    with pytest.raises(ValueError, match="same examples"):
+        regimes.train_linear_probe(torch.zeros(4, 3), torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="empty"):
+        regimes.train_linear_probe(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long))
