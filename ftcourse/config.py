@@ -106,20 +106,27 @@ PROFILES = {
         # SST-2 (2,000 sentences) reads 0.76 from the mean and 0.72 from [CLS] (lesson 1 shows both).
         frozen_pooling="mean",
         finetune_epochs=3,  # one epoch on 2,000 sentences left the tagger far from converged
-        lora_lr=1e-3,  # a small encoder and few steps: LoRA wants bigger steps than full fine-tuning
-        learning_curve_sizes=(32, 128, 512),  # x 2 seeds x 3 regimes must fit in ~2 CPU minutes
-        learning_curve_seeds=(0, 1),
-        learning_curve_min_examples=256,
-        learning_curve_eval_size=256,
-        adapter_train_size=256,
+        # LoRA's lr, by a measured sweep (SST-2, 1,000 sentences, 2 epochs of batch 16, seed 0,
+        # dev accuracy): 5e-4 0.674, 1e-3 0.759, 2e-3 0.775, 4e-3 0.795 (full fine-tuning at 1e-4:
+        # 0.790). A rank-8 update that starts at zero needs large steps to move in ~130 steps.
+        lora_lr=4e-3,
+        # Lesson 3's learning curve: 3 sizes x 3 seeds x 3 regimes in about three CPU minutes. A run
+        # sees at least 512 examples (32 optimiser steps), 1,024 for 2 epochs at the largest size.
+        learning_curve_sizes=(64, 256, 1024),
+        learning_curve_seeds=(0, 1, 2),
+        learning_curve_min_examples=512,
+        learning_curve_eval_size=None,  # all 872 dev sentences: seeds differ by a few points at most
+        adapter_train_size=1000,  # CoNLL-2003 sentences for the served tagging adapter (256 tagged nothing)
         # Siamese training (lesson 4) keeps Sentence-BERT's 4 epochs and batch 16 on all pairs: the
         # raw encoder is small, 1,440 steps take about two minutes a pooling. Measured on the
         # course encoder (lr 1e-4): 2 epochs at lr 3e-4 left [CLS] 6.6 points behind mean (not
         # converged); 4 epochs closed the gap to 2.0.
         seeds=(0, 1, 2),
-        exercise_train_size=1000,  # 15 runs (3 regimes x 3 seeds, 2 tactics x 3 seeds) in ~3 CPU minutes
+        # The exercise: 15 runs (3 regimes x 3 seeds, 2 tactics x 3 seeds). 1,500 sentences for 2 epochs
+        # cost what 1,000 for 3 did; with 1,000, fine-tuning stayed just under 0.80 (0.792 +- 0.008).
+        exercise_train_size=1500,
         exercise_eval_size=None,  # all 872 dev sentences: with fewer, seeds differ by a handful of answers
-        exercise_epochs=3,
+        exercise_epochs=2,
         stability_seeds=(0, 1, 2),
     ),
     "paper": Profile(
@@ -149,7 +156,13 @@ PROFILES["smoke"] = PROFILES["offline"].with_(
     eval_sizes={name: 64 for name in PROFILES["offline"].eval_sizes},
     max_length=32,
     finetune_epochs=1,
+    epochs=1,
     siamese_epochs=1,
+    learning_curve_sizes=(16, 32),
+    learning_curve_seeds=(0,),
+    learning_curve_min_examples=32,
+    learning_curve_eval_size=64,
+    adapter_train_size=32,
     exercise_train_size=32,
     exercise_eval_size=32,
     exercise_epochs=1,
