@@ -676,3 +676,25 @@ def format_table(rows: list[tuple], header: tuple) -> str:
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def plot_depth_curves(curves: dict, ylabel: str = "dev entity F1", ax=None):
+    """One line per encoder, ``{label: (num_layers, [score at layer 0 .. num_layers])}``,
+    against relative depth (layer / num_layers; 0 = the embeddings, 1 = the last layer), so
+    encoders of different depths share one axis. Each line's peak is marked."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.5))
+    for label, (num_layers, scores) in curves.items():
+        if len(scores) != num_layers + 1:
+            raise LayerOutOfRangeError(f"{label!r}: {len(scores)} scores for {num_layers} layers; expected "
+                                       f"{num_layers + 1} (the embeddings and every layer).")
+        depth = [k / num_layers for k in range(num_layers + 1)]
+        line, = ax.plot(depth, scores, marker="o", label=f"{label}, {num_layers} layers")
+        top = max(range(num_layers + 1), key=scores.__getitem__)
+        ax.plot(depth[top], scores[top], marker="*", markersize=14, color=line.get_color())
+    ax.set(xlabel="depth read (0 = embeddings, 1 = last layer; a star marks each peak)", ylabel=ylabel)
+    ax.legend(loc="lower center")
+    ax.grid(True, alpha=0.3)
+    return ax

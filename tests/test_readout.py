@@ -222,3 +222,14 @@ def test_finetune_row_scores_every_validation_word(tiny_bert, tokenizer):
     result = readout.finetune_tagger(tiny_bert, tokenizer, conll, profile, progress=False)
     assert 0 <= result.f1 <= 100
     assert len(result.history.epoch_seconds) == 1 and result.seconds_per_epoch > 0
+
+
+def test_depth_curves_share_a_relative_axis_and_check_lengths():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = readout.plot_depth_curves({"six": (6, [1, 2, 3, 4, 5, 4, 3]), "four": (4, [1, 3, 2, 2, 1])})
+    xs = [list(line.get_xdata()) for line in ax.get_lines() if len(line.get_xdata()) > 1]
+    assert xs[0][-1] == xs[1][-1] == 1.0 and len(xs[0]) == 7 and len(xs[1]) == 5
+    with pytest.raises(readout.LayerOutOfRangeError, match="expected 5"):
+        readout.plot_depth_curves({"four": (4, [1, 2, 3])})
