@@ -343,7 +343,7 @@ def train_lora_tagger(encoder: nn.Module, train: datasets.Dataset, profile=None,
     torch.manual_seed(seed)
     model = lora.lora_task_model(copy.deepcopy(encoder), heads.TokenTagger(encoder.config.hidden_size, num_labels),
                                  rank=profile.lora_rank)
-    settings = training.TrainConfig(lr=profile.lora_lr, head_lr=profile.head_lr, batch_size=BATCH_SIZE, seed=seed,
+    settings = training.TrainConfig(lr=profile.lora_lr, head_lr=profile.adapter_head_lr, batch_size=BATCH_SIZE, seed=seed,
                                     epochs=epochs or epochs_for(len(train), profile.learning_curve_min_examples,
                                                                 profile.epochs), progress=False)
     training.train(model, train, settings)

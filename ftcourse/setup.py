@@ -46,6 +46,9 @@ def setup(profile=None, seed: int = 0, verbose: bool = True) -> config.Profile:
     profile = config.get_profile(profile)
     if profile.name == "offline":
         os.environ["HF_HUB_OFFLINE"] = "1"  # fail fast instead of waiting on the network
+        from huggingface_hub import constants
+
+        constants.HF_HUB_OFFLINE = True  # the hub libraries read the variable once, at import
     os.environ["FTCOURSE_PROFILE"] = profile.name  # so helpers called later agree
     quiet_libraries()
     seed_everything(seed)
