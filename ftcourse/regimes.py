@@ -111,19 +111,14 @@ def cached_features(encoder: nn.Module, data: datasets.Dataset, name: str,
     return features, seconds
 
 
-def cached_cls_features(encoder: nn.Module, data: datasets.Dataset, name: str) -> tuple[torch.Tensor, float]:
-    """``cached_features`` of the final [CLS] state."""
-    return cached_features(encoder, data, name, "cls")
-
-
 def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_labels: int = 2, seed: int = 0,
                        steps: int = PROBE_STEPS, lr: float = PROBE_LR,
-                       weight_decay: float = PROBE_WEIGHT_DECAY, losses: list | None = None) -> tuple[nn.Linear, float]:
+                       weight_decay: float = PROBE_WEIGHT_DECAY) -> tuple[nn.Linear, float]:
     """A linear head on frozen features, trained full-batch with AdamW on standardised
     features (raw [CLS] dimensions differ in scale by orders of magnitude). The
     standardisation is then folded into the weights, so what is returned, and stored, is a
     plain ``nn.Linear`` over the raw features. Returns it and the seconds per epoch (one
-    full-batch step is one epoch). Pass a list as ``losses`` to collect the loss of every step."""
+    full-batch step is one epoch)."""
     if len(features) != len(labels):
         raise ValueError(f"{len(features)} feature rows but {len(labels)} labels: they must be the same examples. "
                          "Fix: extract features from the same (tokenised) split the labels come from.")
@@ -137,8 +132,6 @@ def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_labels:
     start = time.perf_counter()
     for _ in range(steps):
         loss = nn.functional.cross_entropy(probe(x), labels)
-        if losses is not None:
-            losses.append(loss.item())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
