@@ -108,7 +108,10 @@ def _system_binds() -> list[str]:
 
 def command(argv: list[str], limits: Limits, env: dict, slot: int = 0) -> list[str]:
     """The full command line: bwrap, then (as root) setpriv, then prlimit, then ``argv``."""
-    args = [require(), *_system_binds()]
+    # The private /tmp comes first: bwrap mounts in order, so a course or venv under /tmp (a CI
+    # clone, say) is bound on top of it afterwards instead of being hidden by it.
+    args = [require(), *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+            "--size", str(limits.tmp_bytes), "--perms", "01777", "--tmpfs", "/tmp"]
     made = {Path("/usr"), Path("/etc"), Path("/tmp")}
     for path in read_only_paths():
         # bwrap creates missing parents as 0700 (root's home would stay closed to the unprivileged user).
@@ -117,9 +120,7 @@ def command(argv: list[str], limits: Limits, env: dict, slot: int = 0) -> list[s
                 args += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
         args += ["--ro-bind", str(path), str(path)]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(limits.tmp_bytes), "--perms", "01777", "--tmpfs", "/tmp",
-             "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+    args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
              "--die-with-parent", "--new-session", "--chdir", "/tmp", "--clearenv"]
     for name, value in {"HOME": HOME, "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "LANG": "C.UTF-8",
                         **env}.items():

@@ -95,6 +95,21 @@ def test_nothing_outside_changes_and_the_course_is_read_only(tmp_path):
     assert "ftcourse" in visible and ".git" not in visible and "notebooks" not in visible and "tests" not in visible
 
 
+def test_a_course_under_tmp_stays_visible_and_read_only(tmp_path, monkeypatch):
+    # A CI clone or a venv under /tmp must not be hidden by the sandbox's private /tmp.
+    course = tmp_path / "clone" / "ftcourse"
+    course.mkdir(parents=True)
+    (course / "marker.txt").write_text("course file")
+    real = sandbox.read_only_paths
+    monkeypatch.setattr(sandbox, "read_only_paths", lambda: real() + [course])
+    code = ("print(open(%r).read())\ntry:\n    open(%r, 'w')\n    print('WROTE')\nexcept OSError as e:\n"
+            "    print('refused', type(e).__name__)") % (str(course / "marker.txt"), str(course / "new.py"))
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["course", "file", "refused", "OSError"]
+    assert not (course / "new.py").exists()
+
+
 def test_no_network():
     result = run_python("import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n"
                         "    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)")
