@@ -31,6 +31,7 @@ from torch import nn
 
 from . import heads as heads_module
 from . import models
+from .report import Table
 
 DEFAULT_TARGETS = ("query", "value")
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -192,6 +193,18 @@ def save_task_adapter(model: heads_module.TaskModel, folder, task: str) -> dict:
     }
     (folder / SIDECAR).write_text(json.dumps(sidecar, indent=2))
     return adapter_files(folder)
+
+
+def storage_table(model: heads_module.TaskModel, files: dict, title: str = "") -> Table:
+    """A saved adapter's files beside what its trainable parameters weigh in fp32 (``files`` as
+    ``save_task_adapter`` returns them). The weights on disk exceed the count by safetensors'
+    headers only."""
+    computed = 4 * heads_module.count_parameters(model)["trainable"]
+    weights = files.get("adapter_model.safetensors", 0) + files.get(HEAD_WEIGHTS, 0)
+    rows = [[name, size] for name, size in files.items()]
+    return Table(["file", "bytes"], rows, title, notes=[
+        f"trainable parameters x 4 bytes: {computed:,}; weights on disk: {weights:,} "
+        f"(+{weights - computed:,} bytes of safetensors headers)"])
 
 
 def adapter_files(folder) -> dict:

@@ -29,6 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import config, heads, lora, models, training
+from .report import Table
 
 REGIMES = ("frozen", "lora", "finetune")
 BATCH_SIZE = 16  # the BERT paper's smaller batch: small labelled sets still get enough steps
@@ -310,19 +311,36 @@ def plot_learning_curve(summary: dict, ax=None):
     return ax
 
 
-def regime_table(results) -> str:
+def regime_table(results) -> Table:
     """The side-by-side table: accuracy, trainable parameters, time per epoch, peak memory
     and bytes to store per task, one row per regime."""
     from .costs import MIB, format_bytes
 
-    header = (f"{'regime':<10}{'examples':>9}{'epochs':>7}{'accuracy':>10}{'trainable':>13}"
-              f"{'s/epoch':>9}{'peak mem':>11}{'stored/task':>13}")
-    lines = [header, "-" * len(header)]
-    for r in results:
-        lines.append(f"{r.regime:<10}{r.train_size:>9}{r.epochs:>7}{r.accuracy:>10.3f}{r.trainable:>13,}"
-                     f"{r.seconds_per_epoch:>9.3f}{r.peak_memory_bytes / MIB:>7.0f} MiB"
-                     f"{format_bytes(r.bytes_per_task):>13}")
-    return "\n".join(lines)
+    rows = [[r.regime, r.train_size, r.epochs, r.accuracy, r.trainable, r.seconds_per_epoch,
+             f"{r.peak_memory_bytes / MIB:,.0f}", format_bytes(r.bytes_per_task)] for r in results]
+    return Table(["regime", "examples", "epochs", "accuracy", "trainable", "s/epoch", "peak MiB", "stored/task"],
+                 rows, formats={"accuracy": "{:.3f}", "s/epoch": "{:.3f}"})
+
+
+def budget_table(sizes, min_examples: int, epochs: int, batch_size: int = BATCH_SIZE) -> Table:
+    """For each labelled-set size: the epochs a run trains (at least ``epochs``, and enough to
+    see ``min_examples``) and the optimiser steps that makes."""
+    rows = []
+    for size in sorted(sizes):
+        n = epochs_for(size, min_examples, epochs)
+        rows.append([size, n, n * -(-size // batch_size)])
+    return Table(["examples", "epochs", "optimiser steps"], rows)
+
+
+def learning_curve_table(summary: dict) -> Table:
+    """Mean ± standard deviation over seeds of each regime at each size, and the best regime."""
+    best = best_regime_by_size(summary)
+    regimes = [r for r in REGIMES if any(key[0] == r for key in summary)]
+    rows = [[size] + [f"{summary[(r, size)]['mean']:.3f} ± {summary[(r, size)]['std']:.3f}" for r in regimes]
+            + [best[size]] for size in sorted(best)]
+    seeds = {stats["n"] for stats in summary.values()}
+    return Table(["examples", *regimes, "best"], rows,
+                 notes=[f"dev accuracy, mean ± standard deviation over {'/'.join(map(str, sorted(seeds)))} seeds"])
 
 
 # ----------------------------------------------------------------------------- tagging
@@ -361,6 +379,15 @@ def entity_f1(model, data: datasets.Dataset, names=None) -> float:
 
 
 @torch.inference_mode()
+def tagging_table(tagged: list[tuple[str, str]], gold: list[str]) -> Table:
+    """One row per word: the predicted tag beside the gold one (``tagged`` as ``tag_words`` gives)."""
+    if len(tagged) != len(gold):
+        raise ValueError(f"{len(tagged)} tagged words for {len(gold)} gold tags: pass the gold tags of the same sentence.")
+    rows = [[word, predicted, tag, "" if predicted == tag else "✗"] for (word, predicted), tag in zip(tagged, gold)]
+    right = sum(predicted == tag for (_, predicted), tag in zip(tagged, gold))
+    return Table(["word", "predicted", "gold", "wrong"], rows, notes=[f"{right} of {len(gold)} words tagged as the gold"])
+
+
 def tag_words(model, tokenizer, words: list[str], names=None) -> list[tuple[str, str]]:
     """(word, predicted tag) for one pre-split sentence, read on each word's first subtoken."""
     from .data import CONLL_LABELS

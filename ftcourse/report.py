@@ -1,5 +1,9 @@
 """Results that display as tables, and each lesson's headline figures in a form machines read.
 
+``Table`` is what a lesson cell returns instead of hand-aligned prints: an HTML table in
+Jupyter and on the course site, aligned text in a terminal and to nbval. ``versus`` puts a
+run's figures beside the published ones; ``verdicts`` checks a paper's claims on the run.
+
 A lesson's closing cell calls ``headline(...)``. In Jupyter (and on the course site) it shows
 as an HTML table; in a terminal, and to nbval, as aligned text. Its output also carries the
 figures as JSON under ``HEADLINE_MIME``, so the site build (``ftcourse.site``) and anyone else
@@ -14,9 +18,112 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 
 HEADLINE_MIME = "application/vnd.ftcourse.headline+json"
+
+
+@dataclass
+class Table:
+    """Rows under named columns. Text cells are left-aligned, numbers right-aligned; a number is
+    formatted by the column's format string (``formats``, e.g. ``{"accuracy": "{:.3f}"}``),
+    else by ``_fmt``. ``None`` shows as a dash. ``notes`` are lines printed under the table."""
+
+    columns: list[str]
+    rows: list[list]
+    title: str = ""
+    formats: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.columns, self.rows = list(self.columns), [list(row) for row in self.rows]
+        for row in self.rows:
+            if len(row) != len(self.columns):
+                raise ValueError(f"A row has {len(row)} cells for {len(self.columns)} columns {self.columns}: {row}. "
+                                 "Fix: give one value per column (None for a missing one).")
+        unknown = set(self.formats) - set(self.columns)
+        if unknown:
+            raise ValueError(f"Formats for unknown columns {sorted(unknown)}; the columns are {self.columns}.")
+
+    def cell(self, value, column: str) -> str:
+        if value is None or isinstance(value, str) or column not in self.formats:
+            return _fmt(value)
+        return self.formats[column].format(value)
+
+    def _text_rows(self) -> list[list[str]]:
+        return [[self.cell(v, c) for v, c in zip(row, self.columns)] for row in self.rows]
+
+    def _numeric(self) -> list[bool]:
+        """Columns whose values are all numbers (or missing): right-aligned."""
+        def number(value):
+            if isinstance(value, str):  # a figure already formatted by the caller: "0.27%", "1,024"
+                return bool(re.fullmatch(r"[-+]?[\d,]*\.?\d+%?|—", value.strip()))
+            return value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        return [all(number(row[i]) for row in self.rows) for i in range(len(self.columns))]
+
+    def __str__(self) -> str:
+        rows = [self.columns] + self._text_rows()
+        widths = [max(len(row[i]) for row in rows) for i in range(len(self.columns))]
+        right = self._numeric()
+        lines = [self.title] if self.title else []
+        for k, row in enumerate(rows):
+            lines.append("  ".join(c.rjust(w) if right[i] else c.ljust(w)
+                                   for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+            if k == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        return "\n".join(lines + self.notes)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        right = self._numeric()
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f'<td style="text-align: {"right" if right[i] else "left"}">'
+                                        f"{html.escape(c)}</td>" for i, c in enumerate(row)) + "</tr>"
+                       for row in self._text_rows())
+        title = f"<p><b>{html.escape(self.title)}</b></p>" if self.title else ""
+        notes = "".join(f"<p>{html.escape(n)}</p>" for n in self.notes)
+        return (f'<div class="ftcourse-table">{title}<table><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>{notes}</div>")
+
+    def to_frame(self):
+        """The values (not their text) as a pandas DataFrame, to compute on."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=self.columns)
+
+
+def versus(rows, title: str = "") -> Table:
+    """A run's figures beside the published ones: ``rows`` are ``(quantity, measured,
+    published)`` or ``(quantity, measured, published, unit)``; published is ``None`` where
+    no paper gives the figure."""
+    rows = [list(row) + [""] * (4 - len(row)) for row in rows]
+    return Table(["quantity", "measured", "published", "unit"], rows, title)
+
+
+def verdicts(claims, title: str = "") -> Table:
+    """A paper's claims checked on this run: ``claims`` are ``(claim, paper_says, run_says)``
+    with two booleans. Each row says whether the run agrees."""
+    yes = {True: "yes", False: "no"}
+    rows = [[claim, yes[bool(paper)], yes[bool(run)], "agrees" if bool(paper) == bool(run) else "DISAGREES"]
+            for claim, paper, run in claims]
+    return Table(["claim", "paper", "this run", "verdict"], rows, title)
+
+
+def seed_table(accuracies: dict, summarize, title: str = "") -> Table:
+    """One row per setting: its runs' accuracies over seeds, summarised by ``summarize`` (a
+    function returning ``mean``, ``std`` and ``range``, as the exercise asks students to write)."""
+    rows = []
+    for name, values in accuracies.items():
+        if not values:
+            raise ValueError(f"{name!r} has no runs to summarise. Fix: run it for at least one seed.")
+        stats = summarize(values)
+        rows.append([name, stats["mean"], stats["std"], stats["range"], " ".join(f"{v:.3f}" for v in values)])
+    return Table(["", "mean", "std", "range", "runs"], rows, title,
+                 formats={"mean": "{:.3f}", "std": "{:.3f}", "range": "{:.3f}"})
 
 
 @dataclass
@@ -104,6 +211,8 @@ def _fmt(value) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
+        if value == round(value, 2) and (abs(value) < 1 or value != round(value, 1)):
+            return f"{value:,.2f}"  # a figure given to two decimals: 0.27 (%), 1.13 (MiB)
         return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.1f}"
     if isinstance(value, int):
         return f"{value:,}"

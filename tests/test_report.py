@@ -34,3 +34,40 @@ def test_headlines_are_read_back_from_an_executed_notebook():
 def test_a_failed_measurement_is_refused():
     with pytest.raises(ValueError, match="rerun"):
         report.headline("01", "t", "offline", [("accuracy", math.nan)])
+
+
+def test_a_table_shows_as_aligned_text_and_html():
+    table = report.Table(["regime", "accuracy", "trainable"], [["frozen", 0.6721, 770], ["finetune", 0.8253, 22566146]],
+                         formats={"accuracy": "{:.3f}"}, notes=["one seed"])
+    text = str(table).splitlines()
+    assert text[0].split() == ["regime", "accuracy", "trainable"]
+    assert text[3] == "finetune     0.825  22,566,146"  # text left, numbers right-aligned
+    assert text[-1] == "one seed"
+    assert '<td style="text-align: right">22,566,146</td>' in table._repr_html_()
+    assert table.to_frame()["trainable"].tolist() == [770, 22566146]  # the values, not their text
+
+
+def test_a_table_refuses_ragged_rows_and_unknown_formats():
+    with pytest.raises(ValueError, match="one value per column"):
+        report.Table(["a", "b"], [[1]])
+    with pytest.raises(ValueError, match="unknown columns"):
+        report.Table(["a"], [[1]], formats={"b": "{:.1f}"})
+
+
+def test_versus_and_verdicts():
+    table = report.versus([("LoRA parameters", 294912, 294912), ("per task", 1.13, 1.13, "MiB"), ("head", 770, None)])
+    assert "per task             1.13       1.13  MiB" in str(table)
+    assert "—" in str(table)  # no published figure
+    claims = report.verdicts([("second-to-last beats last", True, True), ("last beats embeddings", True, False)])
+    assert [row[-1] for row in claims.rows] == ["agrees", "DISAGREES"]
+
+
+def test_seed_table_summarises_each_setting_with_the_given_function():
+    def summarize(values):
+        return {"mean": sum(values) / len(values), "std": 0.5, "range": max(values) - min(values)}
+
+    table = report.seed_table({"finetune": [0.8, 0.9], "lora": [0.7]}, summarize)
+    assert table.rows[0][:4] == ["finetune", 0.8500000000000001, 0.5, 0.09999999999999998]
+    assert "finetune  0.850  0.500  0.100  0.800 0.900" in str(table)
+    with pytest.raises(ValueError, match="no runs"):
+        report.seed_table({"frozen": []}, summarize)
