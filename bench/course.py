@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .common import Row
 
-TARGET_SECONDS = 10 * 60
+TARGET_SECONDS = 15 * 60  # issue 13: the whole course on 2 cores, quiet machine
 TARGET_BYTES = 6 * 2**30
 
 
@@ -49,11 +49,15 @@ def main(timeout: int = 3600, env: dict | None = None) -> list[Row]:
     print(f"\n== the whole course: executing all {len(notebooks)} notebooks ==")
     if not notebooks:
         print("no notebooks found under notebooks/ or solutions/: nothing to measure")
-        return [Row("whole course: wall time", "untested", "< 10 min", None, "no notebooks yet")]
+        return [Row("whole course: wall time", "untested", "< 15 min", None, "no notebooks yet")]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory() as out:
+        # A cold cache, as a new student's first `make course` has: cached features, adapters
+        # and siamese models would otherwise skip most of the work.
+        env = {**(env or os.environ), "FTCOURSE_CACHE": str(Path(out) / "cache")}
+        print("  with an empty FTCOURSE_CACHE (a first run)")
         start = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "ftcourse.notebooks", "build", "--out", out],
+        child = subprocess.Popen([sys.executable, "-m", "ftcourse.notebooks", "build", "--out", str(Path(out) / "build")],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env)
         watched = psutil.Process(child.pid)
         peak = 0
@@ -77,13 +81,13 @@ def main(timeout: int = 3600, env: dict | None = None) -> list[Row]:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     failed = child.returncode != 0
-    print(f"whole course: {seconds / 60:.1f} min (target < 10: {'met' if seconds < TARGET_SECONDS else 'missed'}), "
+    print(f"whole course: {seconds / 60:.1f} min (target < 15: {'met' if seconds < TARGET_SECONDS else 'missed'}), "
           f"peak memory {peak / 2**30:.2f} GiB (target < 6: {'met' if peak < TARGET_BYTES else 'missed'})"
           + ("; SOME NOTEBOOKS FAILED (see above)" if failed else ""))
     print(f"CPU time of the whole tree: {cpu / 60:.1f} min; / {cores} cores = {cpu / cores / 60:.1f} min "
           f"(the wall time on an idle machine kept busy)")
     note = f"{len(notebooks)} notebooks" + ("; some failed" if failed else "")
-    return [Row("whole course: wall time", f"{seconds / 60:.1f} min", "< 10 min", seconds < TARGET_SECONDS, note),
+    return [Row("whole course: wall time", f"{seconds / 60:.1f} min", "< 15 min", seconds < TARGET_SECONDS, note),
             Row("whole course: CPU time / cores", f"{cpu / cores / 60:.1f} min", "", None,
                 f"{cpu / 60:.1f} CPU-min on {cores} cores: the wall time if the machine were idle"),
             Row("whole course: peak memory (process tree RSS)", f"{peak / 2**30:.2f} GiB", "< 6 GiB", peak < TARGET_BYTES, note)]

@@ -152,6 +152,20 @@ def main(train_size: int = 1000, max_length: int = 64, epochs: int = 1, batch_si
     for name, r in results.items():
         print(f"{name:<24} {r['train_s']:8.1f} {r['cpu_s']:7.1f} {r['eval_s']:7.1f} {r['padding']:8.1%} {r['accuracy']:8.3f}")
 
+    # Achieved training FLOP/s: a step's backward costs about twice its forward, so 3x the
+    # forward FLOPs of the real (unpadded) tokens, against the same process's matmul limit.
+    from ftcourse import speed
+
+    lengths = [len(ids) for ids in train["input_ids"]]
+    real_tokens = sum(lengths) * epochs
+    train_flops = 3 * speed.encoder_flops(models.load_encoder(add_pooling_layer=False).config, real_tokens,
+                                          sum(lengths) / len(lengths))
+    matmul = speed.matmul_flops_per_second(device="cuda" if torch.cuda.is_available() else "cpu")
+    achieved = {name: train_flops / r["train_s"] for name, r in results.items()}
+    for name, flops in achieved.items():
+        print(f"{name}: {real_tokens / results[name]['train_s']:,.0f} real tokens/s trained, {flops / 1e9:.1f} GFLOP/s "
+              f"= {flops / matmul:.2f} of the fp32 matmul's {matmul / 1e9:.1f} GFLOP/s")
+
     ours, theirs = results["ftcourse"], results["Trainer"]
     speedup = theirs["train_s"] / ours["train_s"]
     cpu_speedup = theirs["cpu_s"] / ours["cpu_s"]
@@ -169,6 +183,11 @@ def main(train_size: int = 1000, max_length: int = 64, epochs: int = 1, batch_si
         Row("dev accuracy, ftcourse - Trainer", f"{gap:+.3f}", f"within noise (±{noise:.3f})", abs(gap) <= noise,
             f"{ours['accuracy']:.3f} vs {theirs['accuracy']:.3f}"),
     ]
+    rows += [Row(f"{name} training FLOP/s / fp32 matmul FLOP/s", f"{achieved[name] / matmul:.2f}",
+                 ">= 0.5" if name == "ftcourse" else "", achieved[name] / matmul >= 0.5 if name == "ftcourse" else None,
+                 f"{real_tokens / results[name]['train_s']:,.0f} real tokens/s x 3 x "
+                 f"{train_flops / 3 / real_tokens / 1e6:.1f} MFLOP/token vs {matmul / 1e9:.0f} GFLOP/s matmul")
+             for name in ("ftcourse", "Trainer")]
     if group_by_length:
         grouped = results["Trainer group_by_length"]
         ratio = grouped["train_s"] / ours["train_s"]
