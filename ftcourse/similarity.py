@@ -400,7 +400,10 @@ def _trainer_classes():
             self.description, self.bar = description, None
 
         def on_train_begin(self, args, state, control, **kwargs):
-            self.bar = tqdm(total=state.max_steps, desc=self.description)
+            # At most one redraw a second: in a notebook each redraw is a message on the kernel's
+            # IOPub channel, and a client that reads it only after the cell (nbval) loses messages
+            # past ZMQ's high-water mark, the cell's final "idle" among them.
+            self.bar = tqdm(total=state.max_steps, desc=self.description, mininterval=1.0)
 
         def on_step_end(self, args, state, control, **kwargs):
             self.bar.update(state.global_step - self.bar.n)

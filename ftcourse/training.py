@@ -252,7 +252,10 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
     scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * steps), steps)
     model, optimizer = accelerator.prepare(model, optimizer)
     history = History()
-    bar = tqdm(total=steps, desc="training", disable=not config.progress or not accelerator.is_local_main_process)
+    # mininterval: at most one redraw a second (see similarity's progress bar: notebook redraws
+    # are IOPub messages, and a flood of them can drop the cell's last message under nbval).
+    bar = tqdm(total=steps, desc="training", mininterval=1.0,
+               disable=not config.progress or not accelerator.is_local_main_process)
     for epoch in range(config.epochs):
         loader.batch_sampler.set_epoch(epoch)
         model.train()
@@ -273,7 +276,7 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
             seen += len(batch["input_ids"])
             bar.update()
             if step % 20 == 0 and bar.disable is False:
-                bar.set_postfix(loss=f"{losses[-1].item():.3f}")
+                bar.set_postfix(loss=f"{losses[-1].item():.3f}", refresh=False)  # drawn at the next redraw
         history.losses += torch.stack(losses).float().cpu().tolist()
         history.examples_seen += _sum_over_processes(seen, accelerator)
         history.epoch_seconds.append(time.perf_counter() - start)
