@@ -91,7 +91,7 @@ def replace_regions(source: str, markdown: bool = False, where: str = "a cell") 
 # ----------------------------------------------------------------------------- dependencies
 
 
-def _python(source: str) -> ast.Module | None:
+def parse_cell(source: str) -> ast.Module | None:
     """The cell as Python, IPython magics and shell lines blanked; None if it does not parse."""
     lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
     try:
@@ -130,7 +130,7 @@ def dependent_cells(sources: list[str], stub_cells: set[int]) -> set[int]:
     cell that reads a name bound by such a cell. A cell that does not parse counts as dependent."""
     tainted, dependent = set(), set()
     for index, source in enumerate(sources):
-        tree = _python(source)
+        tree = parse_cell(source)
         if tree is None:
             if dependent or index in stub_cells:
                 dependent.add(index)

@@ -43,6 +43,7 @@ import nbformat
 
 from . import sandbox
 from .config import REPO_ROOT
+from .exercise import parse_cell
 from .kernelrun import RESULT_MARK
 
 NOT_DONE = "not done: the stub still raises NotImplementedError"
@@ -218,15 +219,6 @@ def _message(ename: str, evalue: str) -> str:
 # ----------------------------------------------------------------------------- reading notebooks
 
 
-def _python(source: str) -> ast.Module | None:
-    """The cell as Python, IPython magics and shell lines blanked; None if it does not parse."""
-    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
-    try:
-        return ast.parse("\n".join(lines))
-    except SyntaxError:
-        return None
-
-
 def scaffold_cells(course: nbformat.NotebookNode) -> list[str]:
     """The course's given code cells that run before and without any answer: no stub, not
     tagged as depending on one. The checks kernel runs these, from the course's copy."""
@@ -262,7 +254,7 @@ def scaffold_names(course: nbformat.NotebookNode) -> set:
     definitions may not replace them in the checks kernel."""
     names = {"checks"}
     for source in scaffold_cells(course):
-        tree = _python(source)
+        tree = parse_cell(source)
         if tree is not None:
             names |= _bound(tree)
     return names
@@ -286,7 +278,7 @@ def student_definitions(nb: nbformat.NotebookNode, protected: set, given: set = 
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or cell.source.strip() in given:
             continue
-        tree = _python(cell.source)
+        tree = parse_cell(cell.source)
         if tree is None:
             notes.append(f"cell {index} does not parse as Python: its definitions are missing")
             continue
@@ -311,7 +303,7 @@ def student_definitions(nb: nbformat.NotebookNode, protected: set, given: set = 
 
 def cell_parts(source: str, exercise: Exercise) -> set:
     """The exercise parts a submission's cell belongs to: it binds a part's name or calls its check."""
-    tree = _python(source)
+    tree = parse_cell(source)
     if tree is None:
         return set()
     bound, called = _bound(tree), _called(tree)
