@@ -378,7 +378,6 @@ def entity_f1(model, data: datasets.Dataset, names=None) -> float:
     return f1_score([gold for _, gold in pairs], [predicted for predicted, _ in pairs])
 
 
-@torch.inference_mode()
 def tagging_table(tagged: list[tuple[str, str]], gold: list[str]) -> Table:
     """One row per word: the predicted tag beside the gold one (``tagged`` as ``tag_words`` gives)."""
     if len(tagged) != len(gold):
@@ -388,6 +387,7 @@ def tagging_table(tagged: list[tuple[str, str]], gold: list[str]) -> Table:
     return Table(["word", "predicted", "gold", "wrong"], rows, notes=[f"{right} of {len(gold)} words tagged as the gold"])
 
 
+@torch.inference_mode()
 def tag_words(model, tokenizer, words: list[str], names=None) -> list[tuple[str, str]]:
     """(word, predicted tag) for one pre-split sentence, read on each word's first subtoken."""
     from .data import CONLL_LABELS
