@@ -664,20 +664,6 @@ def extraction_flops_per_second(model_config, features: WordFeatures) -> float:
     return speed.encoder_flops(model_config, tokens, tokens / sentences) / seconds
 
 
-def format_table(rows: list[tuple], header: tuple) -> str:
-    """A plain-text table; floats with one decimal, missing values as '-'."""
-    def cell(value):
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "-"
-        return f"{value:.1f}" if isinstance(value, float) else str(value)
-
-    table = [list(map(str, header))] + [[cell(v) for v in row] for row in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def plot_depth_curves(curves: dict, ylabel: str = "dev entity F1", ax=None):
     """One line per encoder, ``{label: (num_layers, [score at layer 0 .. num_layers])}``,
     against relative depth (layer / num_layers; 0 = the embeddings, 1 = the last layer), so
