@@ -19,6 +19,9 @@ Settings (environment variables):
 from __future__ import annotations
 
 import os
+import shutil
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -265,3 +268,28 @@ def cache_dir() -> Path:
     path = Path(os.environ.get("FTCOURSE_CACHE") or "~/.cache/ftcourse").expanduser()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextmanager
+def publishing(path: Path):
+    """Write a cache entry (a file or a folder) under a private name, then move it to ``path``.
+
+    Yields the private name to write to. A reader never sees half an entry: not this process
+    after a crash, nor another notebook of a parallel build computing the same entry at the
+    same time. If ``path`` appeared meanwhile (the other notebook finished first), its copy
+    is kept and this one dropped: entries are named by what they hold, so the two are alike.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    private = path.with_name(f"{path.name}.partial-{os.getpid()}-{threading.get_ident()}")
+    try:
+        yield private
+        if path.is_dir():
+            shutil.rmtree(private)
+        else:
+            os.replace(private, path)  # atomic on one file system
+    finally:
+        if private.is_dir():
+            shutil.rmtree(private, ignore_errors=True)
+        elif private.exists():
+            private.unlink()

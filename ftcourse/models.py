@@ -179,10 +179,9 @@ def loadable_source(source: str) -> str:
         model = BertModel.from_pretrained(source, config=legacy, local_files_only=local)
         tokenizer = BertTokenizer.from_pretrained(source, model_max_length=legacy.max_position_embeddings,
                                                   local_files_only=local)
-        partial = folder.with_name(folder.name + ".partial")  # a crash leaves no half copy behind
-        model.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        partial.replace(folder)
+        with config.publishing(folder) as private:  # a crash leaves no half copy behind
+            model.save_pretrained(private)
+            tokenizer.save_pretrained(private)
     return str(folder)
 
 

@@ -277,14 +277,12 @@ def save_features(features: WordFeatures, path: Path) -> None:
     """Write features to a safetensors file, with their key and label names inside."""
     from safetensors.torch import save_file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {"states": features.states.contiguous(), "labels": features.labels, "words": features.words,
                "kept": features.kept}
     metadata = {"key": json.dumps(features.key, sort_keys=True), "label_names": json.dumps(features.label_names),
                 "extraction": json.dumps(features.extraction)}
-    partial = path.with_suffix(".partial")
-    save_file(tensors, str(partial), metadata=metadata)
-    partial.replace(path)  # a run stopped mid-write never leaves a half file under the real name
+    with config.publishing(path) as private:  # no half file under the real name, even mid-crash
+        save_file(tensors, str(private), metadata=metadata)
 
 
 def load_features(path, expected_key: dict | None = None) -> WordFeatures:

@@ -107,8 +107,8 @@ def cached_features(encoder: nn.Module, data: datasets.Dataset, name: str,
     start = time.perf_counter()
     features = sentence_features(encoder, data, pooling)
     seconds = time.perf_counter() - start
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({"features": features.contiguous()}, path)
+    with config.publishing(path) as private:
+        save_file({"features": features.contiguous()}, private)
     return features, seconds
 
 

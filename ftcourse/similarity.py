@@ -493,7 +493,8 @@ def cached_siamese(source: str, train_pairs, config: SiameseConfig | None = None
     if (folder / "modules.json").is_file():
         return SentenceTransformer(str(folder), device=device, local_files_only=True), "loaded from the cache"
     model = train_siamese(source, train_pairs, config, device=device)
-    model.save(str(folder), create_model_card=False)
+    with settings.publishing(folder) as private:
+        model.save(str(private), create_model_card=False)
     return model, "trained"
 
 

@@ -1,0 +1,95 @@
+"""`make course` runs notebooks side by side: the scheduling, each kernel's threads, and cache
+entries that two notebooks may write at the same time."""
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ftcourse import config, notebooks
+
+
+def small_notebook(path: Path, source: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    nb.metadata["kernelspec"] = notebooks.KERNELSPEC
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_the_heaviest_notebooks_go_first_and_unknown_ones_last_in_course_order(tmp_path):
+    names = ["notebooks/01_composition", "notebooks/02_feature_readout", "notebooks/07_new", "notebooks/06_new",
+             "solutions/05_exercise_bert_base", "notebooks/05_exercise_bert_base"]
+    paths = [tmp_path / f"{name}.ipynb" for name in names]
+    order = [f"{p.parent.name}/{p.stem}" for p in notebooks.build_order(paths)]
+    assert order[0] == notebooks.HEAVIEST_FIRST[0] == "solutions/05_exercise_bert_base"
+    assert order.index("notebooks/02_feature_readout") < order.index("notebooks/01_composition")
+    assert order[-3:] == ["notebooks/07_new", "notebooks/06_new", "notebooks/05_exercise_bert_base"]
+
+
+def test_every_committed_notebook_that_trains_has_a_place_in_the_order():
+    named = set(notebooks.HEAVIEST_FIRST)
+    for path in notebooks.course_notebooks():
+        if path.parent.name == "solutions" or "exercise" not in path.name:  # the stubs stop in seconds
+            assert f"{path.parent.name}/{path.stem}" in named, path
+
+
+def test_jobs_follow_the_cores_and_stay_at_one_on_a_gpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert notebooks.default_jobs(6) == 2
+    assert notebooks.default_jobs(1) == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert notebooks.default_jobs(6) == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert notebooks.default_jobs(6) == notebooks.MAX_PARALLEL_NOTEBOOKS
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert notebooks.default_jobs(6) == 1
+
+
+def test_a_parallel_build_runs_every_notebook_on_its_share_of_the_threads(tmp_path, monkeypatch):
+    source = tmp_path / "src"
+    report = "import os, torch; print(os.environ.get('OMP_NUM_THREADS'), torch.get_num_threads())"
+    paths = [small_notebook(source / "notebooks" / f"0{i}_lesson.ipynb", report) for i in (1, 2)]
+    paths.append(small_notebook(source / "notebooks" / "03_broken.ipynb", "raise RuntimeError('broken on purpose')"))
+    monkeypatch.setattr(notebooks, "course_notebooks", lambda: paths)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    out = tmp_path / "build"
+    assert notebooks.build(out, timeout=120, site=False, jobs=2) == 1  # the broken one, and only it
+    for name in ("01_lesson", "02_lesson"):
+        executed = nbformat.read(out / "notebooks" / f"{name}.ipynb", as_version=4)
+        assert executed.cells[0].outputs[0]["text"].split() == ["1", "1"]
+    assert not nbformat.read(paths[0], as_version=4).cells[0].outputs  # the sources stay as they were
+
+
+def test_a_build_rejects_zero_jobs(tmp_path, monkeypatch):
+    monkeypatch.setattr(notebooks, "course_notebooks", lambda: [])
+    with pytest.raises(ValueError, match="jobs must be at least 1"):
+        notebooks.build(tmp_path, site=False, jobs=-1)
+
+
+def test_a_cache_entry_appears_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "cache" / "features" / "entry.bin"
+    with config.publishing(target) as private:
+        assert not target.exists()
+        private.write_bytes(b"abc")
+    assert target.read_bytes() == b"abc"
+    with pytest.raises(RuntimeError):
+        with config.publishing(tmp_path / "crashed.bin") as private:
+            private.write_bytes(b"half")
+            raise RuntimeError("stopped mid-write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # no half file, no leftover
+
+
+def test_a_folder_entry_written_twice_keeps_the_first(tmp_path):
+    folder = tmp_path / "siamese" / "mean-abc"
+    for content in ("first", "second"):  # two notebooks training the same model side by side
+        with config.publishing(folder) as private:
+            private.mkdir()
+            (private / "weights").write_text(content)
+    assert (folder / "weights").read_text() == "first"
+    assert [p.name for p in folder.parent.iterdir()] == ["mean-abc"]
