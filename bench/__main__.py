@@ -52,6 +52,8 @@ def main(argv=None) -> int:
                         help="torch CPU threads for the in-process benchmarks (default: torch's choice); on a "
                              "machine shared with other jobs, 1 avoids threads waiting on each other")
     parser.add_argument("--update-readme", action="store_true", help="write the table into bench/README.md")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="course: build into DIR and keep the executed notebooks and site (default: a temporary folder)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["paper_cpu"]:  # its own command line (python -m bench paper_cpu --help)
         from . import paper_cpu
@@ -96,7 +98,7 @@ def main(argv=None) -> int:
     if "course" in names:
         from . import course
 
-        rows += course.main(env=course_env)
+        rows += course.main(env=course_env, keep=args.keep)
     minutes = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60
     text = (f"Measured {started:%Y-%m-%d %H:%M} UTC in {minutes:.0f} min on: {machine}\n\n"
             f"Encoder: {encoder}\n\n{table(rows)}")

@@ -40,7 +40,7 @@ def tree_rss(process) -> int:
     return total
 
 
-def main(timeout: int = 3600, env: dict | None = None) -> list[Row]:
+def main(timeout: int = 3600, env: dict | None = None, keep: Path | None = None) -> list[Row]:
     import psutil
 
     from ftcourse.notebooks import course_notebooks
@@ -51,10 +51,11 @@ def main(timeout: int = 3600, env: dict | None = None) -> list[Row]:
         print("no notebooks found under notebooks/ or solutions/: nothing to measure")
         return [Row("whole course: wall time", "untested", "< 15 min", None, "no notebooks yet")]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(keep).resolve() if keep else Path(scratch)  # keep: the executed notebooks stay there
         # A cold cache, as a new student's first `make course` has: cached features, adapters
         # and siamese models would otherwise skip most of the work.
-        env = {**(env or os.environ), "FTCOURSE_CACHE": str(Path(out) / "cache")}
+        env = {**(env or os.environ), "FTCOURSE_CACHE": str(Path(scratch) / "cache")}
         print("  with an empty FTCOURSE_CACHE (a first run)")
         start = time.perf_counter()
         child = subprocess.Popen([sys.executable, "-m", "ftcourse.notebooks", "build", "--out", str(Path(out) / "build")],
