@@ -211,8 +211,11 @@ def _fmt(value) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
-        if value == round(value, 2) and (abs(value) < 1 or value != round(value, 1)):
-            return f"{value:,.2f}"  # a figure given to two decimals: 0.27 (%), 1.13 (MiB)
+        two = round(value, 2)
+        # A figure given to two decimals: 0.27 (%), 1.13 (MiB), or a difference of two of them
+        # (87.44 - 86.62 is 0.8200000000000074 in floating point).
+        if abs(value - two) < 1e-9 and (abs(value) < 1 or two != round(value, 1)):
+            return f"{two:,.2f}"
         return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.1f}"
     if isinstance(value, int):
         return f"{value:,}"

@@ -71,3 +71,12 @@ def test_seed_table_summarises_each_setting_with_the_given_function():
     assert "finetune  0.850  0.500  0.100  0.800 0.900" in str(table)
     with pytest.raises(ValueError, match="no runs"):
         report.seed_table({"frozen": []}, summarize)
+
+
+def test_figures_given_to_two_decimals_print_as_given_even_after_arithmetic():
+    gap = 87.44 - 86.62  # 0.8200000000000074 in floating point
+    table = report.versus([("pooling gap", 1.61, gap, "points"), ("share", 0.2734, 0.27, "%"), ("F1", 79.46, 95.5)])
+    text = str(table)
+    assert "0.82" in text and "0.820" not in text
+    assert "1.61" in text and "0.273" in text and "0.27 " in text
+    assert "79.46" in text and "95.5" in text
