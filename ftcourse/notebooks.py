@@ -39,7 +39,7 @@ MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/|/Users/|[A-Z]:\\\\)")
 HEAVIEST_FIRST = ("solutions/05_exercise_bert_base", "notebooks/03_costs_and_lora", "notebooks/04_cls_vs_sbert",
                   "notebooks/02_feature_readout", "notebooks/01_composition")
 # Notebooks a CPU build runs at once. The course's encoders are small: one kernel on 2 threads
-# trains only 1.2x (the 4 x 128 siamese encoder) to 1.4x (MiniLM) faster than on 1 thread, so two
+# trains only 1.2x (the 4 x 128 siamese encoder) to 1.55x (MiniLM) faster than on 1 thread, so two
 # 1-thread kernels side by side get through more work (bench/README.md). Each kernel peaks near
 # 2.3 GB, so two stay inside the course's 6 GB.
 MAX_PARALLEL_NOTEBOOKS = 2
