@@ -35,7 +35,7 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 install: $(BIN)/.installed
 
 course: install
-	$(BIN)/python -m ftcourse.notebooks build --out build
+	$(BIN)/python -m ftcourse.course.notebooks build --out build
 
 test: system-packages test-package test-notebooks
 
@@ -61,4 +61,4 @@ bench: install
 	$(BIN)/python -m bench
 
 check-notebooks: install
-	$(BIN)/python -m ftcourse.notebooks check
+	$(BIN)/python -m ftcourse.course.notebooks check

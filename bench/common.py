@@ -27,7 +27,7 @@ class Row:
 def quiet() -> None:
     """Offline and silent: benchmarks print their own figures, not library chatter."""
     from ftcourse import config
-    from ftcourse.setup import quiet_libraries
+    from ftcourse.session import quiet_libraries
 
     if config.get_profile().name == "offline":
         os.environ["HF_HUB_OFFLINE"] = "1"

@@ -1,6 +1,6 @@
 """The whole course: wall time and peak memory of executing every notebook.
 
-Runs ``python -m ftcourse.notebooks build`` (what ``make course`` runs) in a subprocess,
+Runs ``python -m ftcourse.course.notebooks build`` (what ``make course`` runs) in a subprocess,
 into a temporary folder, and samples the resident memory of its whole process tree (the
 builder and every notebook's kernel) four times a second. The peak is the largest sum
 seen: an upper bound on what the course needs at once (pages shared between processes
@@ -43,7 +43,7 @@ def tree_rss(process) -> int:
 def main(timeout: int = 3600, env: dict | None = None, keep: Path | None = None) -> list[Row]:
     import psutil
 
-    from ftcourse.notebooks import course_notebooks
+    from ftcourse.course.notebooks import course_notebooks
 
     notebooks = course_notebooks()
     print(f"\n== the whole course: executing all {len(notebooks)} notebooks ==")
@@ -58,7 +58,7 @@ def main(timeout: int = 3600, env: dict | None = None, keep: Path | None = None)
         env = {**(env or os.environ), "FTCOURSE_CACHE": str(Path(scratch) / "cache")}
         print("  with an empty FTCOURSE_CACHE (a first run)")
         start = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "ftcourse.notebooks", "build", "--out", str(Path(out) / "build")],
+        child = subprocess.Popen([sys.executable, "-m", "ftcourse.course.notebooks", "build", "--out", str(Path(out) / "build")],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env)
         watched = psutil.Process(child.pid)
         peak = 0

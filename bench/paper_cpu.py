@@ -45,7 +45,9 @@ def measure(profile: str = "laptop", only: list[str] | None = None, timeout: int
     sys.path.insert(0, str(REPO / "tests"))
     import paper_cache
 
-    from ftcourse import config, notebooks
+    from ftcourse import config
+
+    from ftcourse.course import notebooks
 
     if config.data_dir() is None:
         raise SystemExit("FTCOURSE_DATA is not set: the notebooks would ask the hub for the benchmarks, and this "

@@ -32,7 +32,7 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     from ftcourse import config, data, heads, models, readout, speed, training
-    from ftcourse.setup import quiet_libraries, seed_everything
+    from ftcourse.session import quiet_libraries, seed_everything
 
     profile = config.get_profile()
     if profile.name == "offline":

@@ -1,12 +1,30 @@
-"""ftcourse: the package behind the course on adapting pretrained encoders.
+"""ftcourse: the concepts of the course on adapting pretrained encoders.
 
-Notebooks tell the story; the functions they call live here, one module per concern:
-``config`` (profiles, settings), ``data`` (benchmarks), ``models`` (which model plays
-which role), ``heads`` (task heads over an encoder), ``training`` (the fine-tuning loop).
+A lesson imports these; each module is one idea, in the order the course meets them:
+
+- ``session``: ``ftcourse.setup()``, the first cell of every notebook (seeds, quiet libraries, the profile);
+- ``config``: the profiles (which models, how much data, which hardware) and the settings;
+- ``data``: the benchmarks (SST-2, CoNLL-2003, STS-B) as ``datasets.DatasetDict``\\ s;
+- ``models``: which model plays which role, loaded with a clear error when it cannot be had;
+- ``heads``: ``y = Predict_ω(Encoder_θ(x))`` and the four shapes of head;
+- ``training``: the transfer recipe as one small training loop;
+- ``readout``: which layer of a frozen encoder is worth reading (lesson 2);
+- ``regimes``: frozen, LoRA and full fine-tuning on the same data and budget (lessons 1, 3);
+- ``lora``: LoRA with peft, and one backbone serving many tasks (lesson 3);
+- ``costs``: what each regime costs in parameters and bytes (lesson 3);
+- ``similarity``: sentence embeddings, [CLS] against mean, Sentence-BERT (lesson 4);
+- ``published``: the papers' figures, cited;
+- ``report``: results as tables, published beside measured, and each lesson's headline;
+- ``plots``: the lessons' small figures;
+- ``speed``: throughput as a fraction of the same machine's matmul.
+
+The machinery that executes, publishes and grades the course lives apart, in
+``ftcourse.course``; no module here imports it. (``ftcourse.checks`` is an alias of
+``ftcourse.course.checks`` for exercise notebooks handed in before the move.)
 """
 
 from .config import Profile, get_profile
-from .setup import seed_everything, setup
+from .session import seed_everything, setup
 
 __all__ = ["Profile", "get_profile", "seed_everything", "setup"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,7 +1,7 @@
-"""``python -m ftcourse ...``: the same as the ``ftcourse`` command."""
+"""``python -m ftcourse ...``: the same as the ``ftcourse`` command (``ftcourse.course.cli``)."""
 
 import sys
 
-from .cli import main
+from .course.cli import main
 
 sys.exit(main())

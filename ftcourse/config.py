@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: The course's own MLM-pretrained small BERT (see ``ftcourse.pretrain``).
+#: The course's own MLM-pretrained small BERT (see ``tools.pretrain``).
 COURSE_ENCODER_DIR = REPO_ROOT / "data" / "ftcourse-bert-mini"
 
 

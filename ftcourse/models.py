@@ -20,7 +20,7 @@ so each role gets the best encoder for its lesson that installs without the hub:
   sentence pairs with mean pooling. That history shows in its readings: its top layer and
   its [CLS] are shaped for mean-pooled sentence similarity, not for tagging.
 - ``raw_encoder``: the course's own small BERT, pretrained here with masked language
-  modelling only (``data/ftcourse-bert-mini``, see ``ftcourse.pretrain``).
+  modelling only (``data/ftcourse-bert-mini``, see ``tools.pretrain``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def course_encoder_available() -> bool:
 
 
 def course_encoder_stats() -> dict | None:
-    """What ``ftcourse.pretrain`` recorded about the course encoder (steps, tokens, status)."""
+    """What ``tools.pretrain`` recorded about the course encoder (steps, tokens, status)."""
     import json
 
     path = config.COURSE_ENCODER_DIR / "training_stats.json"
@@ -98,7 +98,7 @@ def model_source(role: str, profile=None) -> str:
         # It is sentence-tuned, not raw: a lesson about raw MLM states would mislead, so warn.
         warnings.warn(
             f"The course encoder is missing from <repo>/{config.COURSE_ENCODER_DIR.relative_to(config.REPO_ROOT)}; using the "
-            "sentence-tuned all-MiniLM-L6-v2 backbone instead. Fix: python -m ftcourse.pretrain",
+            "sentence-tuned all-MiniLM-L6-v2 backbone instead. Fix: python -m tools.pretrain",
             stacklevel=2,
         )
         return str(packaged_sentence_model_dir())

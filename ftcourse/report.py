@@ -6,7 +6,7 @@ run's figures beside the published ones; ``verdicts`` checks a paper's claims on
 
 A lesson's closing cell calls ``headline(...)``. In Jupyter (and on the course site) it shows
 as an HTML table; in a terminal, and to nbval, as aligned text. Its output also carries the
-figures as JSON under ``HEADLINE_MIME``, so the site build (``ftcourse.site``) and anyone else
+figures as JSON under ``HEADLINE_MIME``, so the site build (``ftcourse.course.site``) and anyone else
 can read what an executed notebook measured without parsing prose.
 
 Published figures come from ``ftcourse.published``; measured ones from the run. A row keeps
@@ -28,7 +28,7 @@ HEADLINE_MIME = "application/vnd.ftcourse.headline+json"
 class Table:
     """Rows under named columns. Text cells are left-aligned, numbers right-aligned; a number is
     formatted by the column's format string (``formats``, e.g. ``{"accuracy": "{:.3f}"}``),
-    else by ``_fmt``. ``None`` shows as a dash. ``notes`` are lines printed under the table."""
+    else by ``format_figure``. ``None`` shows as a dash. ``notes`` are lines printed under the table."""
 
     columns: list[str]
     rows: list[list]
@@ -48,7 +48,7 @@ class Table:
 
     def cell(self, value, column: str) -> str:
         if value is None or isinstance(value, str) or column not in self.formats:
-            return _fmt(value)
+            return format_figure(value)
         return self.formats[column].format(value)
 
     def _text_rows(self) -> list[list[str]]:
@@ -153,7 +153,7 @@ class Headline:
 
     def __str__(self) -> str:
         rows = [("figure", "published", "measured", "unit")]
-        rows += [(f.name, _fmt(f.published), _fmt(f.measured), f.unit) for f in self.figures]
+        rows += [(f.name, format_figure(f.published), format_figure(f.measured), f.unit) for f in self.figures]
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         lines = [f"{self.title} (profile: {self.profile})"]
         for k, row in enumerate(rows):
@@ -166,8 +166,8 @@ class Headline:
 
     def _repr_html_(self) -> str:
         body = "".join(
-            f"<tr><td>{html.escape(f.name)}</td><td>{html.escape(_fmt(f.published))}</td>"
-            f"<td><b>{html.escape(_fmt(f.measured))}</b></td><td>{html.escape(f.unit)}</td></tr>"
+            f"<tr><td>{html.escape(f.name)}</td><td>{html.escape(format_figure(f.published))}</td>"
+            f"<td><b>{html.escape(format_figure(f.measured))}</b></td><td>{html.escape(f.unit)}</td></tr>"
             for f in self.figures)
         verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in self.verdicts)
         return (f'<div class="ftcourse-headline"><p><b>{html.escape(self.title)}</b> '
@@ -207,7 +207,9 @@ def headlines_in(notebook) -> list[dict]:
     return found
 
 
-def _fmt(value) -> str:
+def format_figure(value) -> str:
+    """A figure as the lessons print it: integers with separators, fractions to three places,
+    scores to one, a figure given to two decimals as given; ``None`` as a dash."""
     if value is None:
         return "—"
     if isinstance(value, float):

@@ -7,7 +7,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ftcourse import config, notebooks
+from ftcourse import config
+
+from ftcourse.course import notebooks
 
 
 def small_notebook(path: Path, source: str) -> Path:

@@ -1,11 +1,13 @@
-"""ftcourse.checks: each check passes on a right answer and fails on a wrong one, saying
+"""ftcourse.course.checks: each check passes on a right answer and fails on a wrong one, saying
 what was expected and what was found."""
 
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from ftcourse import checks, heads
+from ftcourse import heads
+
+from ftcourse.course import checks
 
 
 def lora(rank=8, targets=("query", "value")):

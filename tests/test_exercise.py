@@ -5,7 +5,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from ftcourse import exercise
+from ftcourse.course import exercise
 
 SOLUTIONS = exercise.solution_notebooks()
 
@@ -19,7 +19,7 @@ def test_committed_student_version_is_what_the_generator_makes(solution):
     committed = nbformat.read(exercise.student_path(solution), as_version=4)
     generated = exercise.student_version(nbformat.read(solution, as_version=4))
     assert exercise.content(committed) == exercise.content(generated), (
-        "The student notebook is stale: run python -m ftcourse.exercise generate")
+        "The student notebook is stale: run python -m ftcourse.course.exercise generate")
     assert not exercise.stale(solution)
 
 

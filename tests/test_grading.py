@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from ftcourse import cli, grading, sandbox
+from ftcourse.course import cli, grading, sandbox
 
 SCAFFOLD = "import os\nfrom ftcourse import checks"
 STUB = "def {name}():\n    # YOUR CODE HERE\n    raise NotImplementedError()"
@@ -106,7 +106,7 @@ def test_a_timeout_a_dead_kernel_an_unreadable_file_and_another_notebook_are_rep
 def test_only_definitions_are_taken_and_the_course_names_are_protected():
     nb = new_notebook(cells=[new_code_cell(
         "import math\nfrom ftcourse import checks\nREGIMES = ('a', 'b')\nlimit = compute()\n"
-        "def f():\n    return 1\nclass C:\n    pass\nprint('top level')\nimport ftcourse.checks\n"
+        "def f():\n    return 1\nclass C:\n    pass\nprint('top level')\nimport ftcourse.course.checks\n"
         "profile = 3\ncheck = checks.expect\n%matplotlib inline")])
     source, notes = grading.student_definitions(nb, protected={"checks", "profile", "ftcourse"})
     assert source.split("\n\n") == ["import math", "REGIMES = ('a', 'b')", "def f():\n    return 1",

@@ -13,7 +13,7 @@ import uuid
 import nbformat
 import pytest
 
-from ftcourse import cli, exercise, grading, sandbox
+from ftcourse.course import cli, exercise, grading, sandbox
 from ftcourse.config import REPO_ROOT
 
 SOLUTION = exercise.SOLUTIONS_DIR / "05_exercise_bert_base.ipynb"
@@ -27,27 +27,27 @@ OUTSIDE = {"home": os.path.expanduser(f"~/ftcourse-hostile-{TAG}"), "tmp": f"/tm
 
 TOP_LEVEL_TAMPERING = """\
 import importlib, sys, types
-import ftcourse.checks
-for _name in dir(ftcourse.checks):
+import ftcourse.course.checks
+for _name in dir(ftcourse.course.checks):
     if _name.startswith("check_"):
-        setattr(ftcourse.checks, _name, lambda *args, **kwargs: {"lora": 294912, "percent": 0.27})
+        setattr(ftcourse.course.checks, _name, lambda *args, **kwargs: {"lora": 294912, "percent": 0.27})
 importlib.reload = lambda module: module
-sys.modules["ftcourse.checks"] = types.SimpleNamespace(**vars(ftcourse.checks))
-checks = types.SimpleNamespace(**{n: (lambda *a, **k: None) for n in dir(ftcourse.checks) if n.startswith("check_")})"""
+sys.modules["ftcourse.course.checks"] = types.SimpleNamespace(**vars(ftcourse.course.checks))
+checks = types.SimpleNamespace(**{n: (lambda *a, **k: None) for n in dir(ftcourse.course.checks) if n.startswith("check_")})"""
 IN_FUNCTION = {
     "patches_checks": ("add_lora", """\
 def add_lora(encoder):
-    import ftcourse.checks as c
+    import ftcourse.course.checks as c
     c.check_lora_on_bert_base = lambda f: {"lora": 294912, "total": 1, "percent": 0.27}
     c.check_lora_targets = lambda f: None
-    return encoder""", "1 lora", "ftcourse.checks.check_lora_on_bert_base was replaced"),
+    return encoder""", "1 lora", "ftcourse.course.checks.check_lora_on_bert_base was replaced"),
     "replaces_sys_modules": ("summarize", """\
 def summarize(accuracies):
     import sys, types
-    fake = types.ModuleType("ftcourse.checks")
-    fake.__dict__.update({n: (lambda *a, **k: None) for n in dir(sys.modules["ftcourse.checks"])})
-    sys.modules["ftcourse.checks"] = fake
-    return {"mean": 0.0, "std": 0.0, "range": 0.0}""", "4 seeds", "sys.modules['ftcourse.checks'] was replaced"),
+    fake = types.ModuleType("ftcourse.course.checks")
+    fake.__dict__.update({n: (lambda *a, **k: None) for n in dir(sys.modules["ftcourse.course.checks"])})
+    sys.modules["ftcourse.course.checks"] = fake
+    return {"mean": 0.0, "std": 0.0, "range": 0.0}""", "4 seeds", "sys.modules['ftcourse.course.checks'] was replaced"),
     "patches_importlib_and_rebinds_checks": ("summarize", """\
 def summarize(accuracies):
     global checks
@@ -181,7 +181,7 @@ def test_the_untouched_student_version_fails_cleanly(graded):
 
 
 def test_top_level_tampering_never_reaches_the_checks(graded):
-    """Patching ftcourse.checks, importlib.reload and sys.modules, and rebinding `checks`, at top level."""
+    """Patching ftcourse.course.checks, importlib.reload and sys.modules, and rebinding `checks`, at top level."""
     result = row(graded, "top_level_tampering")
     assert result.status == "errors", grading.details(result)  # the stubs: plain failures, nothing to review
     assert_nothing_passes(result)

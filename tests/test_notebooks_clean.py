@@ -3,7 +3,7 @@
 import nbformat
 import pytest
 
-from ftcourse import notebooks
+from ftcourse.course import notebooks
 
 NOTEBOOKS = notebooks.course_notebooks()
 

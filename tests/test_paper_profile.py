@@ -258,7 +258,7 @@ def test_on_twelve_layers_weighted_sum_all_and_last4_read_different_layers(token
 # examples (the paper-smoke profile). Copies run in memory; the committed notebooks are
 # never written. About 5 minutes on 2 cores, most of it bert-base on the CPU.
 
-from ftcourse import notebooks as course  # noqa: E402
+from ftcourse.course import notebooks as course  # noqa: E402
 
 NOTEBOOK_TIMEOUT = 900  # seconds per cell: a loaded CI machine is slow, not broken
 

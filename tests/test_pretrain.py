@@ -16,7 +16,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ftcourse import pretrain  # noqa: E402
+from tools import pretrain  # noqa: E402
 from ftcourse.config import COURSE_ENCODER_DIR, ConfigError  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))

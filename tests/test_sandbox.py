@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from ftcourse import cli, sandbox
+from ftcourse.course import cli, sandbox
 from ftcourse.config import REPO_ROOT
 
 

@@ -15,9 +15,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ftcourse import report, site
+from ftcourse import report
+
+from ftcourse.course import site
 from ftcourse.config import REPO_ROOT
-from ftcourse.notebooks import course_notebooks
+from ftcourse.course.notebooks import course_notebooks
 
 CHROMIUM = Path(os.environ.get("FTCOURSE_CHROMIUM", "/usr/bin/chromium"))
 # What works here as root with no display and no network (Playwright gives each launch a fresh
@@ -90,7 +92,7 @@ def test_the_exercise_shows_its_solutions_headline_and_the_solution_is_for_instr
 def test_every_course_notebook_has_a_page_with_a_summary():
     paths = {f"{p.parent.name}/{p.stem}" for p in course_notebooks()}
     missing = paths - {page.path for page in site.PAGES}
-    assert not missing, f"add these notebooks to ftcourse.site.PAGES (with a one-line summary): {sorted(missing)}"
+    assert not missing, f"add these notebooks to ftcourse.course.site.PAGES (with a one-line summary): {sorted(missing)}"
 
 
 def test_remote_references_are_found_and_local_ones_are_not(tmp_path):
@@ -104,12 +106,12 @@ def test_remote_references_are_found_and_local_ones_are_not(tmp_path):
 
 
 def test_a_folder_without_notebooks_says_how_to_make_them(tmp_path):
-    with pytest.raises(site.SiteError, match="ftcourse.notebooks build"):
+    with pytest.raises(site.SiteError, match="ftcourse.course.notebooks build"):
         site.build_site(tmp_path, tmp_path / "out")
 
 
 def test_the_course_build_executes_then_builds_the_site_and_shows_a_failed_notebook(tmp_path, monkeypatch, capsys):
-    from ftcourse import notebooks
+    from ftcourse.course import notebooks
 
     def execute(path, **kwargs):  # the committed outputs stand in for a run: no kernel in this test
         if path.stem == "03_costs_and_lora":

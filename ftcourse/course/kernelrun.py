@@ -1,9 +1,9 @@
 """Inside the grading sandbox: execute one notebook in a fresh kernel and report, per cell, what it raised.
 
-``python -m ftcourse.kernelrun`` reads a job (JSON) on stdin: the notebook, the time limit,
+``python -m ftcourse.course.kernelrun`` reads a job (JSON) on stdin: the notebook, the time limit,
 the output cap and a token. It runs every code cell even after an error, and writes one
-line to stdout: ``FTCOURSE-RESULT <token> <json>``. The grader (``ftcourse.grading``)
-starts it inside ``ftcourse.sandbox`` and never runs a submission's code itself.
+line to stdout: ``FTCOURSE-RESULT <token> <json>``. The grader (``ftcourse.course.grading``)
+starts it inside ``ftcourse.course.sandbox`` and never runs a submission's code itself.
 
 The kernel gets neither this process's stdout nor its stderr (they go to /dev/null), and
 this process makes itself non-dumpable, so code in the kernel cannot write a forged result

@@ -1,7 +1,7 @@
 """The course as a website: the executed notebooks, built into a static site with Jupyter Book.
 
 ``build_site(executed, out)`` takes a folder holding executed copies of the course's notebooks
-(``notebooks/``, ``solutions/``: what ``python -m ftcourse.notebooks build`` writes, or the
+(``notebooks/``, ``solutions/``: what ``python -m ftcourse.course.notebooks build`` writes, or the
 repository itself, whose notebooks are committed executed) and builds ``out/site/``:
 
 - a landing page: what the course teaches, the lessons in order with a one-line summary each,
@@ -15,7 +15,7 @@ The notebooks are rendered, never executed again (``execute_notebooks: off``), a
 the site is fetched from another machine: ``remote_references`` lists what would be, and the
 build fails on it.
 
-``python -m ftcourse.site [--executed build] [--out build]`` rebuilds the site alone.
+``python -m ftcourse.course.site [--executed build] [--out build]`` rebuilds the site alone.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import nbformat
 
-from .config import REPO_ROOT
-from .notebooks import course_notebooks
-from .report import _fmt as fmt_figure, headlines_in  # the lessons' own number format
+from ..config import REPO_ROOT
+from .catalog import course_notebooks
+from ..report import format_figure as fmt_figure, headlines_in  # the lessons' own number format
 
 BOOK_SOURCES = REPO_ROOT / "book"  # _config.yml, intro.md, instructors.md, _static/
 NO_HEADLINE = "no headline recorded"
@@ -104,11 +104,11 @@ def pages_for(executed: Path) -> list[Page]:
     executed = Path(executed)
     listed = [p for p in PAGES if (executed / f"{p.path}.ipynb").is_file()]
     known = {p.path for p in PAGES}
-    extra = [Page(path, "(no summary: add this notebook to ftcourse.site.PAGES)", part="More")
+    extra = [Page(path, "(no summary: add this notebook to ftcourse.course.site.PAGES)", part="More")
              for path in (f"{nb.parent.name}/{nb.stem}" for nb in course_notebooks(executed)) if path not in known]
     if not listed and not extra:
         raise SiteError(f"No course notebooks under {executed} (looked in notebooks/ and solutions/). "
-                        "Fix: run `python -m ftcourse.notebooks build --out build` first, or pass the "
+                        "Fix: run `python -m ftcourse.course.notebooks build --out build` first, or pass the "
                         "repository root, whose notebooks are committed executed.")
     return listed + extra
 
@@ -295,7 +295,7 @@ def build_site(executed: Path, out: Path, status: dict[str, str] | None = None, 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ftcourse.site", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ftcourse.course.site", description=__doc__.splitlines()[0])
     parser.add_argument("--executed", type=Path, default=REPO_ROOT / "build",
                         help="folder with the executed notebooks/ and solutions/ (default build/)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "build", help="the site goes to OUT/site")

@@ -1,7 +1,7 @@
 """In the grader's checks kernel: run the grader's code around a submission's functions, and
 detect a submission that changes what the checks see.
 
-The grader (``ftcourse.grading``) installs a ``Guard`` after the course's trusted cells and
+The grader (``ftcourse.course.grading``) installs a ``Guard`` after the course's trusted cells and
 before the student's definitions. It records what the checks depend on: every ``ftcourse``
 module and its functions' code, the ``sys.modules`` entries of the libraries the checks
 use, ``importlib``, the builtins, ``torch.nn.Module``'s methods, the import hooks, the
@@ -10,9 +10,9 @@ trace hooks, and the names the course's cells bound (``checks``, ``profile``, th
 compares: any difference raises ``SubmissionTampered`` naming it, and the grader sends the
 submission to the instructor for review instead of passing it.
 
-This is detection inside one process, not isolation: the sandbox (``ftcourse.sandbox``)
+This is detection inside one process, not isolation: the sandbox (``ftcourse.course.sandbox``)
 bounds what a submission can reach; the guard makes the common ways of faking a pass
-(patching ``ftcourse.checks``, ``sys.modules``, ``importlib.reload``, rebinding ``checks``)
+(patching ``ftcourse.course.checks``, ``sys.modules``, ``importlib.reload``, rebinding ``checks``)
 fail loudly.
 """
 
@@ -43,7 +43,7 @@ def _callables(namespace: dict) -> dict:
 class Guard:
     def __init__(self, namespace: dict):
         self._namespace = namespace
-        self._checks = sys.modules["ftcourse.checks"]
+        self._checks = sys.modules["ftcourse.course.checks"]
         # Names the course's cells bound; IPython's own (_, _i1, In, Out) change as cells run.
         self._names = {name: value for name, value in namespace.items()
                        if not name.startswith("_") and name not in ("In", "Out", "exit", "quit", "get_ipython")}

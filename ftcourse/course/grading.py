@@ -1,27 +1,27 @@
 """Grade submitted exercise notebooks in a sandbox, with checks a submission cannot fool.
 
 Each submission is graded in two runs, each in a fresh kernel inside a bubblewrap sandbox
-(``ftcourse.sandbox``: read-only course and environment, private temporary home, no network,
+(``ftcourse.course.sandbox``: read-only course and environment, private temporary home, no network,
 an unprivileged user, limits on memory, processes, CPU time and output). The grader's own
 process only parses notebooks and reads results; it never executes a submission's code.
 
 1. **The student's notebook, as submitted**, top to bottom, every cell even after an error
-   (``ftcourse.kernelrun``). This gives the notebook's status (``ok``, ``errors`` with the
+   (``ftcourse.course.kernelrun``). This gives the notebook's status (``ok``, ``errors`` with the
    first failing cell, ``timeout``, ``kernel died``, ``output flood``) and which cells
    raised. A part whose own cells raised (its answer, or the cell that checks it) fails.
 2. **The checks, in a kernel the grader builds**: the course's own trusted cells (from
    ``notebooks/``, not from the submission), then only the student's *definitions*
    (functions, classes, imports, constant assignments) parsed out of the submission with
    ``ast``; every other top-level statement is dropped, so nothing the notebook did at top
-   level (patching ``ftcourse.checks``, rebinding ``checks``) reaches this kernel. The
+   level (patching ``ftcourse.course.checks``, rebinding ``checks``) reaches this kernel. The
    grader's code then computes what it checks (e.g. ``results`` from the student's
-   ``run_regime``) and runs the checks, visible and hidden, under ``ftcourse.guard``: a
+   ``run_regime``) and runs the checks, visible and hidden, under ``ftcourse.course.guard``: a
    student function that, when called, patches the checks, ``sys.modules``, ``importlib``
    or the notebook's names is caught, and the submission gets the status ``review`` (for
    the instructor) with nothing after it trusted.
 
 ``grade_folder`` grades a class in parallel and writes a gradebook; ``ftcourse grade`` is
-the command (see ``ftcourse.cli``).
+the command (see ``ftcourse.course.cli``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pathlib import Path
 import nbformat
 
 from . import sandbox
-from .config import REPO_ROOT
+from ..config import REPO_ROOT
 from .exercise import parse_cell
 from .kernelrun import RESULT_MARK
 
@@ -121,7 +121,7 @@ BERT_BASE = Exercise(
 )
 EXERCISES = {exercise.name: exercise for exercise in (BERT_BASE,)}
 #: Installed in the checks kernel after the course's cells, before the student's definitions.
-GUARD_CELL = ("from ftcourse import checks\nfrom ftcourse.guard import Guard as _FtcourseGuard\n"
+GUARD_CELL = ("from ftcourse import checks\nfrom ftcourse.course.guard import Guard as _FtcourseGuard\n"
               "__ftcourse_guard__ = _FtcourseGuard(globals())\ndel _FtcourseGuard")
 #: Environment variables the sandboxed kernel gets from the grader's (everything else is cleared).
 PASSED_ENV = ("FTCOURSE_PROFILE", "FTCOURSE_DATA", "FTCOURSE_ENCODER", "FTCOURSE_RAW_ENCODER", "FTCOURSE_SENTENCE",
@@ -349,14 +349,14 @@ def kernel_env(env: dict | None = None, sandboxed: bool = True) -> dict:
 
 def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, use_sandbox: bool,
              limits: sandbox.Limits) -> dict:
-    """Run ``nb`` through ``ftcourse.kernelrun`` (sandboxed); its report, or one saying why there is none."""
+    """Run ``nb`` through ``ftcourse.course.kernelrun`` (sandboxed); its report, or one saying why there is none."""
     token = secrets.token_hex(16)
     # The runner's cap on the kernel's output sits below the grader's cap on the runner's stdout, so a
     # print flood is stopped, and named, by the runner; the grader's cap catches anything else.
     job = json.dumps({"notebook": nbformat.writes(nb), "timeout": timeout, "token": token,
                       "output_bytes": limits.output_bytes // 2})
     # Slack beyond the notebook's own limit: starting the sandbox and the kernel.
-    run = sandbox.run([sys.executable, "-m", "ftcourse.kernelrun"], job, timeout=timeout + 120, limits=limits,
+    run = sandbox.run([sys.executable, "-m", "ftcourse.course.kernelrun"], job, timeout=timeout + 120, limits=limits,
                       env=kernel_env(env, use_sandbox), slot=slot, sandbox=use_sandbox)
     for line in reversed(run.stdout.splitlines()):
         if line.startswith(f"{RESULT_MARK} {token} "):

@@ -14,8 +14,8 @@ it, never edited by hand:
   course build accept the student's copy as it is handed out;
 - the student version has no outputs (the solution's outputs would give answers away).
 
-``python -m ftcourse.exercise generate`` regenerates every student version;
-``python -m ftcourse.exercise check`` says which ones are stale. Generating never
+``python -m ftcourse.course.exercise generate`` regenerates every student version;
+``python -m ftcourse.course.exercise check`` says which ones are stale. Generating never
 overwrites a student's work: a student copy whose cells hold anything that neither the
 new student version nor the committed one has (a filled-in stub, an added cell) is left
 alone unless ``--force`` is given.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-from .config import REPO_ROOT
+from ..config import REPO_ROOT
 from .notebooks import clean
 
 BEGIN = "### BEGIN SOLUTION"
@@ -248,7 +248,7 @@ def _relative(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ftcourse.exercise", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ftcourse.course.exercise", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     make = sub.add_parser("generate", help="write the student version of each solved exercise")
     make.add_argument("solutions", nargs="*", type=Path, help="solved notebooks (default: solutions/*exercise*)")
@@ -266,7 +266,7 @@ def main(argv=None) -> int:
             if args.command == "generate":
                 print(f"{_relative(path)} -> {_relative(generate(path, force=args.force))}")
             elif stale(path):
-                print(f"{_relative(student_path(path))} is stale: run python -m ftcourse.exercise generate")
+                print(f"{_relative(student_path(path))} is stale: run python -m ftcourse.course.exercise generate")
                 status = 1
             else:
                 print(f"{_relative(student_path(path))} is up to date")

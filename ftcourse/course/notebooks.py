@@ -1,9 +1,9 @@
 """Execute, clean and publish the course notebooks.
 
-``python -m ftcourse.notebooks execute NOTEBOOK...`` runs notebooks in place in a fresh
-kernel and saves them clean (what authors commit). ``python -m ftcourse.notebooks build``
+``python -m ftcourse.course.notebooks execute NOTEBOOK...`` runs notebooks in place in a fresh
+kernel and saves them clean (what authors commit). ``python -m ftcourse.course.notebooks build``
 executes every notebook into ``build/`` and builds the course site from those executed copies
-into ``build/site/`` (``ftcourse.site``; what ``make course`` runs); the sources are never
+into ``build/site/`` (``ftcourse.course.site``; what ``make course`` runs); the sources are never
 modified by a build.
 
 A clean notebook has no metadata beyond the kernel and language, no widget state, cell
@@ -23,9 +23,10 @@ from pathlib import Path
 
 import nbformat
 
-from .config import REPO_ROOT
+from ..config import REPO_ROOT
+from .catalog import NOTEBOOK_FOLDERS, course_notebooks
+from .site import SiteError, build_site
 
-NOTEBOOK_FOLDERS = ("notebooks", "solutions")
 KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info")
 KEPT_CELL_METADATA = ("tags",)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
@@ -43,11 +44,6 @@ HEAVIEST_FIRST = ("solutions/05_exercise_bert_base", "notebooks/03_costs_and_lor
 # 1-thread kernels side by side get through more work (bench/README.md). Each kernel peaks near
 # 2.3 GB, so two stay inside the course's 6 GB.
 MAX_PARALLEL_NOTEBOOKS = 2
-
-
-def course_notebooks(root: Path = REPO_ROOT) -> list[Path]:
-    """Every notebook of the course, lessons first, in order."""
-    return [p for folder in NOTEBOOK_FOLDERS for p in sorted((root / folder).glob("*.ipynb"))]
 
 
 def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -192,7 +188,7 @@ def _execute_into(path: Path, out: Path, timeout: int, threads: int | None) -> t
 
 def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = None) -> int:
     """Execute every course notebook into ``out`` (``out/notebooks``, ``out/solutions``), then
-    build the course site from those executed copies into ``out/site`` (``ftcourse.site``).
+    build the course site from those executed copies into ``out/site`` (``ftcourse.course.site``).
 
     ``jobs`` notebooks run at once (default: ``default_jobs``), heaviest first, each kernel
     on its share of the cores. Returns the number of notebooks that failed (a failed site
@@ -220,7 +216,6 @@ def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = 
     failures = sum(outcome.startswith("FAILED") for outcome in status.values())
     status = {f"{p.parent.name}/{p.stem}": status[f"{p.parent.name}/{p.stem}"] for p in paths}  # course order
     if site:
-        from .site import SiteError, build_site
 
         try:
             index = build_site(out, out, status=status, quiet=False)
@@ -236,7 +231,7 @@ def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ftcourse.notebooks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ftcourse.course.notebooks", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("execute", help="execute notebooks in place and save them clean")
     run.add_argument("paths", nargs="*", type=Path)

@@ -5,10 +5,10 @@ No such model can be downloaded offline here, so we make one the way BERT was ma
 miniature: WordPiece tokens of WikiText-2, 15% of them hidden, and a Transformer encoder
 trained to guess them back.
 
-    python -m ftcourse.pretrain train --steps 5000               # pretrain (resumable)
-    python -m ftcourse.pretrain train --steps 5000 --resume      # continue after a stop
-    python -m ftcourse.pretrain eval data/ftcourse-bert-mini     # held-out MLM accuracy
-    python -m ftcourse.pretrain probe data/ftcourse-bert-mini    # frozen-feature NER probe
+    python -m tools.pretrain train --steps 5000               # pretrain (resumable)
+    python -m tools.pretrain train --steps 5000 --resume      # continue after a stop
+    python -m tools.pretrain eval data/ftcourse-bert-mini     # held-out MLM accuracy
+    python -m tools.pretrain probe data/ftcourse-bert-mini    # frozen-feature NER probe
 
 The corpus is read in place from ``$FTCOURSE_CORPUS/wikitext-2-raw/`` (or ``--corpus``).
 Only the *train* split is ever trained on; *test* is for the model card's held-out numbers.
@@ -41,8 +41,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import speed
-from .config import COURSE_ENCODER_DIR, REPO_ROOT, ConfigError, cache_dir, corpus_dir
+from ftcourse import speed
+from ftcourse.config import COURSE_ENCODER_DIR, REPO_ROOT, ConfigError, cache_dir, corpus_dir
 
 SPLITS = ("train", "validation", "test")
 FINETUNE_DROPOUT = 0.1  # what the exported config sets, as in BERT
@@ -130,8 +130,8 @@ EXTRA_TEXT = ("conll2003", "sst2", "stsb")
 
 
 def _extra_text_file(name: str, data=None) -> Path:
-    from . import data as benchmarks
-    from .config import data_dir
+    from ftcourse import data as benchmarks
+    from ftcourse.config import data_dir
 
     if name not in EXTRA_TEXT:
         raise ConfigError(f"Unknown extra text {name!r}. Fix: use some of {', '.join(EXTRA_TEXT)}.")
@@ -148,7 +148,7 @@ def _extra_text_file(name: str, data=None) -> Path:
 
 def extra_paragraphs(name: str, data=None) -> list[str]:
     """The text of benchmark ``name``'s train split, one sentence a line; labels dropped."""
-    from . import data as benchmarks
+    from ftcourse import data as benchmarks
 
     path = _extra_text_file(name, data)
     columns = benchmarks.READERS[name](path)
@@ -547,7 +547,7 @@ def export_checkpoint(run_dir, out_dir=COURSE_ENCODER_DIR) -> Path:
     stats.update({
         "schedule_done": round(wall / budget, 3) if budget else round(ck["step"] / ck["total_steps"], 3),
         # The run's own command line, to finish it; older checkpoints did not record it.
-        "command": "python -m ftcourse.pretrain "
+        "command": "python -m tools.pretrain "
                    + (" ".join(args["argv"]) + ("" if "--resume" in args["argv"] else " --resume")
                       if args.get("argv") else f"train --max-minutes {args['max_minutes']} --resume"),
         "partial": True,
@@ -678,7 +678,7 @@ def train(args) -> dict:
         history.append((step, round(run_wall, 1), round(loss_v, 4)))
     stats = run_stats(vars(args), shape, params, step, tokens_seen, int(len(ids)), run_wall,
                       step_flops / tokens_per_step, matmul, history)
-    stats["command"] = "python -m ftcourse.pretrain " + " ".join(args.argv)
+    stats["command"] = "python -m tools.pretrain " + " ".join(args.argv)
     if args.out:
         export(model, tokenizer, Path(args.out), stats)
         print(f"Saved {args.out}", file=sys.stderr)
@@ -765,7 +765,7 @@ def probe_ner(model_dir=COURSE_ENCODER_DIR, profile="offline", seed: int = 0) ->
     """
     from transformers import AutoModel
 
-    from . import config, data, readout
+    from ftcourse import config, data, readout
 
     profile = config.get_profile(profile)
     model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
@@ -858,7 +858,7 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
         "```bash", "FTCOURSE_CORPUS=/path/to/folder-with-wikitext-2-raw "
         + ("FTCOURSE_DATA=/path/to/benchmarks " if extra else "") + st["command"], "```", "",
         "## Held-out evaluation (WikiText-2 test)", "",
-        f"`ftcourse.pretrain.evaluate_mlm(split=\"test\", n_blocks={n_blocks}, seed={seed})`: "
+        f"`tools.pretrain.evaluate_mlm(split=\"test\", n_blocks={n_blocks}, seed={seed})`: "
         f"{sample}, "
         "15% of its tokens replaced by [MASK] (fixed seed), top-1 accuracy and perplexity over "
         f"those {res['masked_tokens']:,} positions. The unigram baseline "
@@ -904,7 +904,7 @@ def write_model_card(model_dir=COURSE_ENCODER_DIR, corpus=None, probe=None, sear
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ftcourse.pretrain", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m tools.pretrain", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 

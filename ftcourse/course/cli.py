@@ -41,7 +41,7 @@ def _grade(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.profile:
-        from .config import ConfigError, get_profile
+        from ..config import ConfigError, get_profile
 
         try:
             get_profile(args.profile)

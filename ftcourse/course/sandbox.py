@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import REPO_ROOT
+from ..config import REPO_ROOT
 
 INSTALL_HINT = ("bubblewrap (bwrap) is not installed. Fix: `make system-packages` (runs apt-get install -y "
                 "bubblewrap), or `sudo apt-get install bubblewrap`; to grade without a sandbox anyway, pass "

@@ -1,0 +1,19 @@
+"""ftcourse.course: the machinery that executes, publishes and grades the course.
+
+Students never need to import these; the lessons' concepts are in ``ftcourse`` itself.
+
+- ``catalog``: which notebooks make the course, in order;
+- ``notebooks``: execute, clean and check notebooks; ``build`` runs the whole course;
+- ``site``: the course as a website (Jupyter Book) from the executed notebooks;
+- ``layout``: the package's module map, read from the modules' own docstrings;
+- ``exercise``: the student copies of the exercise, generated from the solved ones;
+- ``checks``: the checks a student runs in the exercise notebooks;
+- ``grading``: grading submitted notebooks; its docstring gives the design;
+- ``sandbox``: the security boundary: a submission's code runs only inside bubblewrap;
+- ``kernelrun``: inside the sandbox, one notebook executed in a fresh kernel;
+- ``guard``: inside the checks kernel, the second line against tampering;
+- ``cli``: the ``ftcourse`` command (``ftcourse grade``).
+
+A module here may import the concepts; a concept never imports a module here
+(``tests/test_layering.py``).
+"""
