@@ -27,6 +27,8 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
+from .heads import count_parameters
+
 KIB = 2**10
 MIB = 2**20
 BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -56,17 +58,6 @@ def _config(config=None):
     return config
 
 
-def _count(module: nn.Module, trainable_only: bool = False) -> int:
-    """Parameters of ``module``, shared tensors counted once."""
-    seen, total = set(), 0
-    for parameter in module.parameters():
-        if id(parameter) in seen or (trainable_only and not parameter.requires_grad):
-            continue
-        seen.add(id(parameter))
-        total += parameter.numel()
-    return total
-
-
 def build_backbone(config=None, add_pooling_layer: bool = True, device="meta") -> nn.Module:
     """``BertModel(config)`` (bert-base-uncased by default), on the ``meta`` device unless
     told otherwise: shapes without memory, so counting is instant."""
@@ -79,7 +70,7 @@ def build_backbone(config=None, add_pooling_layer: bool = True, device="meta") -
 
 def backbone_parameters(config=None, add_pooling_layer: bool = True) -> int:
     """Parameters of the whole backbone. bert-base with its pooler: 109,482,240."""
-    return _count(build_backbone(config, add_pooling_layer))
+    return count_parameters(build_backbone(config, add_pooling_layer))["total"]
 
 
 def linear_head_parameters(hidden_size: int = 768, num_labels: int = 2) -> int:
@@ -180,7 +171,8 @@ def houlsby_adapter_parameters(config=None, bottleneck_size: int = DEFAULT_ADAPT
     with torch.device("meta"):
         adapter = BottleneckAdapter(config.hidden_size, bottleneck_size)
         layer_norm = nn.LayerNorm(config.hidden_size)
-    per_layer = 2 * _count(adapter) + (2 * _count(layer_norm) if train_layer_norms else 0)
+    norms = count_parameters(layer_norm)["total"] if train_layer_norms else 0
+    per_layer = 2 * count_parameters(adapter)["total"] + 2 * norms
     return config.num_hidden_layers * per_layer
 
 

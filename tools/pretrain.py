@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from ftcourse import speed
+from ftcourse.heads import count_parameters
 from ftcourse.config import COURSE_ENCODER_DIR, REPO_ROOT, ConfigError, cache_dir, corpus_dir
 
 SPLITS = ("train", "validation", "test")
@@ -398,7 +399,8 @@ def build_model(shape: Shape, tokenizer, seed: int = 0, position_init: str = "ra
 
 
 def count_params(model) -> dict:
-    total = sum(p.numel() for p in model.parameters())
+    """``heads.count_parameters``'s total, split into the word embeddings and the rest."""
+    total = count_parameters(model)["total"]
     emb = model.bert.embeddings.word_embeddings.weight.numel()
     return {"total": total, "word_embeddings": emb, "non_embedding": total - emb}
 
