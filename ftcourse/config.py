@@ -26,8 +26,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: The course's own MLM-pretrained small BERT (see ``tools.pretrain``).
-COURSE_ENCODER_DIR = REPO_ROOT / "data" / "ftcourse-bert-mini"
+#: The course's own MLM-pretrained small BERT (see ``tools.pretrain``): committed in the
+#: checkout's ``data/``, and shipped in the wheel as package data (``ftcourse/encoders/``), so
+#: ``pip install`` (a Colab runtime) carries it too.
+_CHECKOUT_ENCODER_DIR = REPO_ROOT / "data" / "ftcourse-bert-mini"
+_INSTALLED_ENCODER_DIR = Path(__file__).resolve().parent / "encoders" / "ftcourse-bert-mini"
+COURSE_ENCODER_DIR = _CHECKOUT_ENCODER_DIR if _CHECKOUT_ENCODER_DIR.is_dir() else _INSTALLED_ENCODER_DIR
 
 
 @dataclass(frozen=True)
