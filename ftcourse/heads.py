@@ -19,7 +19,8 @@ from torch import nn
 from torch.nn import functional as F
 
 IGNORE_INDEX = -100  # the label cross_entropy skips: special tokens and non-first subtokens
-REGIMES = ("frozen", "finetune")
+# What set_regime does with θ (fixed or trained); the three regimes the course compares are regimes.REGIMES.
+ENCODER_REGIMES = ("frozen", "finetune")
 
 
 class Head(nn.Module):
@@ -108,8 +109,8 @@ class TaskModel(nn.Module):
 
 def set_regime(model: TaskModel, regime: str) -> TaskModel:
     """``"frozen"``: θ fixed, only the head trains. ``"finetune"``: everything trains."""
-    if regime not in REGIMES:
-        raise ValueError(f"Unknown regime {regime!r}. Known regimes: {', '.join(REGIMES)}.")
+    if regime not in ENCODER_REGIMES:
+        raise ValueError(f"Unknown regime {regime!r}. Known regimes: {', '.join(ENCODER_REGIMES)}.")
     for parameter in model.encoder.parameters():
         parameter.requires_grad = regime == "finetune"
     for parameter in model.head.parameters():

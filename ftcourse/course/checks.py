@@ -19,6 +19,7 @@ from torch import nn
 
 from ..heads import count_parameters
 from ..published import LORA_BERT_BASE
+from ..regimes import REGIMES
 
 LORA_RANK = LORA_BERT_BASE["rank"]
 LORA_TARGETS = tuple(LORA_BERT_BASE["targets"])
@@ -250,10 +251,9 @@ def check_lora_targets(add_lora: Callable[[nn.Module], nn.Module], rank: int = L
 
 def check_results(results, build_model: Callable[[str], nn.Module]) -> None:
     """The measured table: one valid row per regime, whose trainable count is the model's."""
-    regimes = ("frozen", "finetune", "lora")
     expect(isinstance(results, (list, tuple)), "results", "a list of dicts, one per regime", type(results).__name__)
     found = [row.get("regime") if isinstance(row, dict) else row for row in results]
-    expect(sorted(found) == sorted(regimes), "the regimes measured", list(regimes), found)
+    expect(sorted(found) == sorted(REGIMES), "the regimes measured", list(REGIMES), found)
     counts = {}
     for row in results:
         check_regime_result(row)
@@ -268,8 +268,7 @@ def check_results(results, build_model: Callable[[str], nn.Module]) -> None:
 def check_stability(stability, summarize: Callable, seeds) -> None:
     """The seed study: for each regime, one valid run per seed, and the summary matches."""
     expect(isinstance(stability, dict), "stability", "a dict: regime -> list of runs", type(stability).__name__)
-    expect(sorted(stability) == sorted(("frozen", "finetune", "lora")), "the regimes of the seed study",
-           ["finetune", "frozen", "lora"], sorted(stability))
+    expect(sorted(stability) == sorted(REGIMES), "the regimes of the seed study", sorted(REGIMES), sorted(stability))
     for regime, runs in stability.items():
         found = sorted(run.get("seed") for run in runs)
         expect(found == sorted(seeds), f"seeds run for {regime!r}", sorted(seeds), found)
