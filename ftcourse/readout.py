@@ -548,8 +548,9 @@ def _outside_tag(label_names) -> str:
     return "O"
 
 
-def entity_f1(gold: list[list[str]], predicted: list[list[str]]) -> float:
-    """Entity-level F1 x100 (seqeval, conlleval rules), as the CoNLL-2003 papers report it."""
+def entity_f1_x100(gold: list[list[str]], predicted: list[list[str]]) -> float:
+    """Entity-level F1 x100 (seqeval, conlleval rules), as the CoNLL-2003 papers report it
+    (``regimes.entity_f1_fraction`` scores a tagger model on the 0..1 scale)."""
     from seqeval.metrics import f1_score
 
     if len(gold) != len(predicted):
@@ -565,7 +566,7 @@ def evaluate_readout(train: WordFeatures, validation: WordFeatures, name: str, p
     """Train readout ``name`` with ``head`` on ``train`` and score it on all of ``validation``."""
     check_compatible(train, validation)
     model, epoch_seconds = train_readout(train, name, profile, head=head, seed=seed, **kwargs)
-    f1 = entity_f1(validation.gold_tags(), predict_tags(model, validation))
+    f1 = entity_f1_x100(validation.gold_tags(), predict_tags(model, validation))
     result = ReadoutResult(name, head, f1, epoch_seconds, model=model.cpu())
     if model.mix is not None:
         result.mix_weights = model.mix.normalized_weights().tolist()
@@ -646,7 +647,7 @@ def finetune_tagger(encoder, tokenizer, conll, profile=None, *, seed: int = 0, e
         best = sentence_logits.argmax(-1).tolist()
         tags = [names[best[p]] for p in first_subtoken_positions(encoded.word_ids(i))]
         predicted.append(tags + ["O"] * (len(gold[i]) - len(tags)))
-    return FinetuneResult(entity_f1(gold, predicted), history, model)
+    return FinetuneResult(entity_f1_x100(gold, predicted), history, model)
 
 
 # ----------------------------------------------------------------------------- speed

@@ -162,10 +162,10 @@ def test_label_sets_that_do_not_match_are_refused(tiny_bert, tokenizer):
 
 def test_entity_f1_is_seqeval_times_100():
     gold = [["B-PER", "I-PER", "O", "B-LOC"]]
-    assert readout.entity_f1(gold, gold) == 100.0
-    assert readout.entity_f1(gold, [["B-PER", "O", "O", "B-LOC"]]) == pytest.approx(50.0)
+    assert readout.entity_f1_x100(gold, gold) == 100.0
+    assert readout.entity_f1_x100(gold, [["B-PER", "O", "O", "B-LOC"]]) == pytest.approx(50.0)
     with pytest.raises(ValueError, match="4 gold tags but 3"):
-        readout.entity_f1(gold, [["O", "O", "O"]])
+        readout.entity_f1_x100(gold, [["O", "O", "O"]])
 
 
 @pytest.mark.parametrize("head", readout.HEAD_KINDS)
