@@ -23,7 +23,7 @@ NOTEBOOKS := notebooks solutions
 #  bubblewrap: `ftcourse grade` runs each submission in a bwrap sandbox, tests/test_grading*.py).
 SYSTEM_PACKAGES := chromium bubblewrap
 
-.PHONY: install system-packages course test test-package test-notebooks lab bench clean-notebooks check-notebooks
+.PHONY: install system-packages course test test-all test-package test-notebooks lab bench clean-notebooks check-notebooks
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,7 +37,7 @@ install: $(BIN)/.installed
 course: install
 	$(BIN)/python -m ftcourse.course.notebooks build --out build
 
-test: system-packages test-package test-notebooks
+test: system-packages test-all
 
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -48,11 +48,26 @@ system-packages:
 	    || echo "warning: could not install $$missing; the tests that need them say so (and fail under CI=true)"; \
 	fi
 
+# The suite runs in parallel (pytest-xdist): TEST_JOBS workers, each on its share of the cores
+# (a worker's torch and its notebook kernels get CORES / TEST_JOBS threads), one notebook or one
+# test file per worker at a time, the heaviest notebooks first (ftcourse.course.notebooks order).
+CORES      := $(shell nproc 2>/dev/null || echo 1)
+TEST_JOBS  ?= $(shell n=$(CORES); [ $$n -gt 4 ] && n=4; echo $$n)
+TEST_THREADS = $(shell t=$$(( $(CORES) / $(TEST_JOBS) )); [ $$t -lt 1 ] && t=1; echo $$t)
+PARALLEL   = -n $(TEST_JOBS) --dist loadfile
+THREADS    = OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS)
+
 test-package: install
-	$(BIN)/python -m pytest tests
+	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) tests
 
 test-notebooks: install
-	$(BIN)/python -m pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider $(NOTEBOOKS)
+	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
+	  $$($(BIN)/python -m ftcourse.course.notebooks order)
+
+# Both at once, balanced over the workers: what `make test` runs after the system packages.
+test-all: install
+	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
+	  $$($(BIN)/python -m ftcourse.course.notebooks order) tests
 
 lab: install
 	$(BIN)/jupyter lab notebooks

@@ -68,6 +68,54 @@ def test_a_parallel_build_runs_every_notebook_on_its_share_of_the_threads(tmp_pa
     assert not nbformat.read(paths[0], as_version=4).cells[0].outputs  # the sources stay as they were
 
 
+def test_a_failing_notebook_is_reported_by_cell_source_and_error_and_the_build_goes_on(tmp_path, monkeypatch, capsys):
+    source = tmp_path / "src"
+    broken = small_notebook(source / "notebooks" / "02_broken.ipynb", "x = 1")
+    nb = nbformat.read(broken, as_version=4)
+    nb.cells += [nbformat.v4.new_markdown_cell("text"),
+                 nbformat.v4.new_code_cell("# the cell that breaks\nraise KeyError('no such column')")]
+    nbformat.write(nb, broken)
+    fine = small_notebook(source / "notebooks" / "01_fine.ipynb", "print('fine')")
+    monkeypatch.setattr(notebooks, "course_notebooks", lambda: [fine, broken])
+    assert notebooks.build(tmp_path / "build", timeout=120, site=False, jobs=1) == 1
+    printed = capsys.readouterr().out
+    assert "02_broken.ipynb: cell 2 raised KeyError: 'no such column'" in printed
+    assert "| # the cell that breaks" in printed
+    assert "01_fine.ipynb" in printed and "ok" in printed
+
+
+def test_the_build_shows_progress_per_notebook_and_records_cell_times_for_the_next(tmp_path, monkeypatch, capsys):
+    source = tmp_path / "src"
+    path = small_notebook(source / "notebooks" / "01_lesson.ipynb", "import time; time.sleep(0.2)")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells += [nbformat.v4.new_code_cell("time.sleep(0.2)"), nbformat.v4.new_code_cell("print('done')")]
+    nbformat.write(nb, path)
+    key = "notebooks/01_lesson"
+    previous = {key: {"seconds": 9.0, "cells": {"0": 3.0, "1": 4.0, "2": 2.0}}}
+    progress = notebooks.BuildProgress([path], previous, live=False, every=0.0)  # a line after every cell
+    notebooks._execute_into(path, tmp_path / "build", 120, None, progress)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(key)]
+    assert lines[0] == f"{key:<34} started (last time 0:09)"
+    assert "1/3" in lines[1] and "about 0:06 left" in lines[1]  # cells 1 and 2 took 4 + 2 s last time
+    assert "3/3" in lines[3] and "about 0:00 left" in lines[3]
+    progress.save(tmp_path / "build")
+    recorded = notebooks.read_timings(tmp_path / "build")[key]
+    assert set(recorded["cells"]) == {"0", "1", "2"} and recorded["cells"]["1"] >= 0.2
+
+
+def test_a_first_build_reads_the_committed_measured_timings(tmp_path):
+    timings = notebooks.read_timings(tmp_path / "empty-build")
+    assert set(timings) >= {"notebooks/03_costs_and_lora", "solutions/05_exercise_bert_base"}
+
+
+def test_kernels_talk_over_ipc_so_no_transport_warning_reaches_the_build(tmp_path, capfd):
+    path = small_notebook(tmp_path / "notebooks" / "01_lesson.ipynb",
+                          "import ipykernel.kernelapp as k; print(k.IPKernelApp.instance().transport)")
+    executed = notebooks.execute(path, timeout=120)
+    assert executed.cells[0].outputs[0]["text"].strip() == "ipc"
+    assert "without encryption" not in capfd.readouterr().err
+
+
 def test_a_build_rejects_zero_jobs(tmp_path, monkeypatch):
     monkeypatch.setattr(notebooks, "course_notebooks", lambda: [])
     with pytest.raises(ValueError, match="jobs must be at least 1"):

@@ -114,26 +114,63 @@ def _output_text(output) -> str:
 
 
 def execute(path: Path, *, timeout: int = 1800, allow_errors: bool = False, cwd: Path | None = None,
-            threads: int | None = None):
+            threads: int | None = None, on_cell=None):
     """Run a notebook top to bottom in a fresh kernel; returns the executed, cleaned copy.
 
     ``threads`` caps the kernel's compute threads (torch's and the BLAS's); ``None`` leaves
-    the kernel to use every core."""
+    the kernel to use every core. ``on_cell(index, seconds)`` is called after each code cell
+    (the builder's progress). The kernel talks over local IPC sockets in a private folder,
+    not TCP: nothing leaves the machine, and the kernel has no reason to warn about
+    unencrypted traffic. A failing cell raises ``NotebookError`` naming it."""
+    import tempfile
+
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        allow_errors=allow_errors,
-        resources={"metadata": {"path": str(cwd or path.parent)}},
-    )
-    kernel = {}
-    if threads is not None:
-        kernel["env"] = {**os.environ, **{name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
-    client.execute(**kernel)
+    started = {}
+
+    def cell_started(cell, cell_index, **_):
+        started[cell_index] = time.perf_counter()
+
+    def cell_executed(cell, cell_index, **_):
+        if on_cell is not None:
+            on_cell(cell_index, time.perf_counter() - started.get(cell_index, time.perf_counter()))
+
+    with tempfile.TemporaryDirectory(prefix="ftcourse-kernel-") as sockets:
+        manager = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
+        client = NotebookClient(
+            nb,
+            km=manager,
+            timeout=timeout,
+            kernel_name="python3",
+            allow_errors=allow_errors,
+            resources={"metadata": {"path": str(cwd or path.parent)}},
+            on_cell_execute=cell_started,
+            on_cell_executed=cell_executed,
+        )
+        kernel = {}
+        if threads is not None:
+            kernel["env"] = {**os.environ, **{name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+        try:
+            client.execute(**kernel)
+        except CellExecutionError as error:
+            raise NotebookError(path, nb, error) from error
     return clean(nb)
+
+
+class NotebookError(RuntimeError):
+    """A cell raised: which one (its index among all cells), the head of its source, the error."""
+
+    def __init__(self, path: Path, nb, error):
+        index = next((i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and any(
+            o.get("output_type") == "error" for o in cell.get("outputs", []))), None)
+        head = nb.cells[index].source.strip().splitlines()[:3] if index is not None else []
+        self.cell_index, self.source_head = index, head
+        self.error = f"{getattr(error, 'ename', type(error).__name__)}: {getattr(error, 'evalue', error)}"
+        where = f"cell {index}" if index is not None else "a cell"
+        super().__init__(f"{path.name}: {where} raised {self.error}\n" + "".join(f"    | {line}\n" for line in head))
 
 
 def execute_in_place(paths: list[Path], timeout: int = 1800) -> None:
@@ -168,22 +205,132 @@ def default_jobs(count: int) -> int:
     return max(1, min(MAX_PARALLEL_NOTEBOOKS, os.cpu_count() or 1, count))
 
 
-def _execute_into(path: Path, out: Path, timeout: int, threads: int | None) -> tuple[str, float]:
+#: Each build records what every cell took (``build/timings.json``); the next build's estimate
+#: of the time left reads it. A first build reads the committed figures of a measured build.
+TIMINGS_NAME = "timings.json"
+MEASURED_TIMINGS = REPO_ROOT / "data" / "notebook_timings.json"
+
+
+def read_timings(out: Path) -> dict:
+    """``{"notebooks/01_composition": {"seconds": s, "cells": {index: s}}}`` from the last build
+    into ``out``, else from the committed measured build, else empty."""
+    import json
+
+    for source in (out / TIMINGS_NAME, MEASURED_TIMINGS):
+        try:
+            return json.loads(source.read_text())
+        except (OSError, ValueError):
+            continue
+    return {}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+class BuildProgress:
+    """One line per notebook while it runs: cells done of all code cells, time spent, and the
+    time left estimated from that notebook's last measured cells. Live bars on a terminal; on
+    a log (CI, a pipe) a plain line at most once a minute per notebook. The notebooks' own
+    progress bars stay in the notebooks."""
+
+    def __init__(self, paths: list[Path], previous: dict, live: bool | None = None, every: float = 60.0):
+        self.previous, self.every = previous, every
+        self.live = sys.stderr.isatty() if live is None else live
+        self.code_cells = {self.key(p): [i for i, c in enumerate(nbformat.read(p, as_version=4).cells)
+                                         if c.cell_type == "code"] for p in paths}
+        self.measured: dict[str, dict] = {}
+        self._bars, self._started, self._printed, self._done = {}, {}, {}, {}
+        self._lock = __import__("threading").Lock()
+
+    @staticmethod
+    def key(path: Path) -> str:
+        return f"{path.parent.name}/{path.stem}"
+
+    def left(self, key: str, index: int) -> float | None:
+        cells = self.previous.get(key, {}).get("cells")
+        if not cells:
+            return None
+        return sum(seconds for i, seconds in cells.items() if int(i) > index)
+
+    def line(self, key: str, index: int | None = None) -> str:
+        done, total = self._done.get(key, 0), len(self.code_cells[key])
+        spent = time.perf_counter() - self._started[key]
+        left = self.left(key, index if index is not None else -1)
+        return (f"{key:<34} {done:>3}/{total:<3} cells  {_minutes(spent)} spent, "
+                + (f"about {_minutes(max(left, 0))} left" if left is not None else "time left unknown (first build)"))
+
+    def start(self, path: Path) -> None:
+        key = self.key(path)
+        with self._lock:
+            self._started[key] = self._printed[key] = time.perf_counter()
+            self.measured[key] = {"seconds": 0.0, "cells": {}}
+            if self.live:
+                from tqdm.auto import tqdm
+
+                estimate = self.previous.get(key, {}).get("seconds")
+                self._bars[key] = tqdm(total=len(self.code_cells[key]), desc=key, unit="cell", leave=False,
+                                       position=len(self._bars), dynamic_ncols=True,
+                                       bar_format="{desc:<34} {bar:20} {n_fmt}/{total_fmt} cells  {elapsed} spent"
+                                       + (f" of about {_minutes(estimate)}" if estimate else ""))
+            else:
+                print(f"{key:<34} started" + (f" (last time {_minutes(self.previous[key]['seconds'])})"
+                                              if key in self.previous else ""), flush=True)
+
+    def cell(self, path: Path, index: int, seconds: float) -> None:
+        key = self.key(path)
+        with self._lock:
+            self.measured[key]["cells"][str(index)] = round(seconds, 2)
+            self._done[key] = self._done.get(key, 0) + 1
+            if key in self._bars:
+                self._bars[key].update(1)
+            elif time.perf_counter() - self._printed[key] >= self.every:
+                self._printed[key] = time.perf_counter()
+                print(self.line(key, index), flush=True)
+
+    def finish(self, path: Path, outcome: str, seconds: float) -> None:
+        key = self.key(path)
+        with self._lock:
+            self.measured[key]["seconds"] = round(seconds, 1)
+            bar = self._bars.pop(key, None)
+            if bar is not None:
+                bar.close()
+            print(f"{path.parent.name + '/' + path.name:<45} {seconds:6.0f} s  {outcome}", flush=True)
+
+    def save(self, out: Path) -> None:
+        import json
+
+        merged = {**self.previous, **{k: v for k, v in self.measured.items() if v["cells"]}}
+        (out / TIMINGS_NAME).write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
+
+
+def _execute_into(path: Path, out: Path, timeout: int, threads: int | None,
+                  progress: BuildProgress | None = None) -> tuple[str, float]:
     """Execute ``path`` into ``out/<folder>/<name>``; returns what happened and the seconds."""
     target = out / path.parent.name / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
     expected_errors = bool(EXPECTED_TO_RAISE.search(path.name)) and path.parent.name == "notebooks"
+    if progress is not None:
+        progress.start(path)
     start = time.perf_counter()
     outcome = "ok"
+    on_cell = (lambda index, seconds: progress.cell(path, index, seconds)) if progress is not None else None
     try:
-        nb = execute(path, timeout=timeout, allow_errors=expected_errors, cwd=path.parent, threads=threads)
+        nb = execute(path, timeout=timeout, allow_errors=expected_errors, cwd=path.parent, threads=threads,
+                     on_cell=on_cell)
         if expected_errors:
             outcome = "ok (stops at the exercise stubs, as a student's copy should)"
-    except Exception as error:  # report and go on: one broken lesson must not hide the rest
+    except NotebookError as error:  # report and go on: one broken lesson must not hide the rest
+        nb = nbformat.read(path, as_version=4)  # the site shows the committed copy, marked failed
+        outcome = f"FAILED at {error}".rstrip()
+    except Exception as error:
         nb = nbformat.read(path, as_version=4)
         outcome = f"FAILED: {type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
     nbformat.write(nb, target)
-    return outcome, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if progress is not None:
+        progress.finish(path, outcome, seconds)
+    return outcome, seconds
 
 
 def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = None) -> int:
@@ -205,13 +352,15 @@ def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = 
           + (f", {threads} thread{'s' if threads > 1 else ''} each" if threads else ""), flush=True)
     status = {}
     start = time.perf_counter()
+    progress = BuildProgress(paths, read_timings(out))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        running = {pool.submit(_execute_into, path, out, timeout, threads): path for path in build_order(paths)}
+        running = {pool.submit(_execute_into, path, out, timeout, threads, progress): path
+                   for path in build_order(paths)}
         for done in as_completed(running):
             path = running[done]
-            outcome, seconds = done.result()
+            outcome, _ = done.result()
             status[f"{path.parent.name}/{path.stem}"] = outcome
-            print(f"{path.parent.name + '/' + path.name:<45} {seconds:6.0f} s  {outcome}", flush=True)
+    progress.save(out)
     print(f"all notebooks: {time.perf_counter() - start:.0f} s", flush=True)
     failures = sum(outcome.startswith("FAILED") for outcome in status.values())
     status = {f"{p.parent.name}/{p.stem}": status[f"{p.parent.name}/{p.stem}"] for p in paths}  # course order
@@ -240,6 +389,7 @@ def main(argv=None) -> int:
     tidy.add_argument("paths", nargs="*", type=Path)
     check = sub.add_parser("check", help="list what makes notebooks unclean")
     check.add_argument("paths", nargs="*", type=Path)
+    sub.add_parser("order", help="print the course's notebooks heaviest first (what a parallel run starts first)")
     publish = sub.add_parser("build", help="execute every notebook into a folder, then build the course site")
     publish.add_argument("--out", type=Path, default=REPO_ROOT / "build")
     publish.add_argument("--timeout", type=int, default=1800)
@@ -259,6 +409,8 @@ def main(argv=None) -> int:
             for problem in found:
                 print(f"{path.name}: {problem}")
         return 1 if any(bad.values()) else 0
+    elif args.command == "order":
+        print("\n".join(str(p.relative_to(REPO_ROOT)) for p in build_order(course_notebooks())))
     elif args.command == "build":
         failures = build(args.out.resolve(), timeout=args.timeout, site=not args.no_site, jobs=args.jobs)
         print(f"\nThe executed notebooks are in {args.out}/notebooks and {args.out}/solutions.")
