@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .heads import count_parameters
+from .report import Table
 
 KIB = 2**10
 MIB = 2**20
@@ -253,24 +254,19 @@ def format_bytes(n_bytes: int) -> str:
     return f"{n_bytes / MIB:,.2f} MiB"
 
 
-def storage_table(costs: Sequence[RegimeCost], n_tasks: int = 8) -> str:
-    """A plain-text table (so it prints the same everywhere, and nbval can check it):
-    trainable parameters, share of the backbone, bytes per task, total for ``n_tasks``,
-    and how many times less than full fine-tuning each regime stores per task."""
+def regime_storage_table(costs: Sequence[RegimeCost], n_tasks: int = 8) -> Table:
+    """What each regime trains and stores: trainable parameters, share of the backbone, bytes
+    per task, total for ``n_tasks``, and how many times less than full fine-tuning each regime
+    stores per task (``lora.adapter_files_table`` lists one saved adapter's files instead)."""
     full = next((c for c in costs if c.regime == "full fine-tuning"), None)
     backbone = full.per_task - full.head if full else max(c.shared for c in costs)
-    header = (f"{'regime':<22}{'detail':<44}{'trainable':>12}{'% of model':>11}"
-              f"{'per task':>12}{'x less':>9}{f'{n_tasks} tasks':>14}")
-    lines = [header, "-" * len(header)]
-    for c in costs:
-        ratio = f"{full.per_task_bytes / c.per_task_bytes:,.0f}x" if full else "-"
-        lines.append(
-            f"{c.regime:<22}{c.detail:<44}{c.trainable:>12,}{100 * (c.trainable - c.head) / backbone:>10.2f}%"
-            f"{format_bytes(c.per_task_bytes):>12}{ratio:>9}{c.total_bytes(n_tasks) / MIB:>10,.1f} MiB"
-        )
-    lines.append(f"(% of model: the regime's own parameters, head excluded, over the backbone's "
-                 f"{backbone:,}; sizes in {costs[0].dtype}, MiB = 2**20 bytes)")
-    return "\n".join(lines)
+    rows = [[c.regime, c.detail, c.trainable, 100 * (c.trainable - c.head) / backbone, format_bytes(c.per_task_bytes),
+             full.per_task_bytes / c.per_task_bytes if full else None, c.total_bytes(n_tasks) / MIB] for c in costs]
+    tasks = f"{n_tasks} tasks (MiB)"
+    return Table(["regime", "detail", "trainable", "% of model", "per task", "x less", tasks], rows,
+                 formats={"% of model": "{:.2f}%", "x less": "{:,.0f}x", tasks: "{:,.1f}"},
+                 notes=[f"(% of model: the regime's own parameters, head excluded, over the backbone's "
+                        f"{backbone:,}; sizes in {costs[0].dtype}, MiB = 2**20 bytes)"])
 
 
 def plot_storage(costs: Sequence[RegimeCost], max_tasks: int = 100, mark: int | None = None, ax=None):
@@ -299,15 +295,17 @@ def plot_storage(costs: Sequence[RegimeCost], max_tasks: int = 100, mark: int | 
 
 def draw_storage(config=None, rank: int = 8, n_tasks: int = 8, targets: Sequence[str] = DEFAULT_TARGETS,
                  num_virtual_tokens: int = DEFAULT_NUM_VIRTUAL_TOKENS, max_tasks: int = 100) -> list[RegimeCost]:
-    """Print the storage table and draw the storage plot for these settings (what the
+    """Show the storage table and draw the storage plot for these settings (what the
     sliders redraw). Plots full fine-tuning, LoRA, prompt tuning and the frozen head."""
     import matplotlib.pyplot as plt
 
     if not targets:
         print("Pick at least one target module.")
         return []
+    from IPython.display import display
+
     costs = regime_costs(config, rank=rank, targets=targets, num_virtual_tokens=num_virtual_tokens)
-    print(storage_table(costs, n_tasks))
+    display(regime_storage_table(costs, n_tasks))
     plotted = [c for c in costs if c.regime != "Houlsby adapters"]
     plot_storage(plotted, max_tasks=max(max_tasks, n_tasks), mark=n_tasks)
     plt.show()

@@ -195,10 +195,10 @@ def save_task_adapter(model: heads_module.TaskModel, folder, task: str) -> dict:
     return adapter_files(folder)
 
 
-def storage_table(model: heads_module.TaskModel, files: dict, title: str = "") -> Table:
+def adapter_files_table(model: heads_module.TaskModel, files: dict, title: str = "") -> Table:
     """A saved adapter's files beside what its trainable parameters weigh in fp32 (``files`` as
     ``save_task_adapter`` returns them). The weights on disk exceed the count by safetensors'
-    headers only."""
+    headers only. (``costs.regime_storage_table`` compares the regimes' storage instead.)"""
     computed = 4 * heads_module.count_parameters(model)["trainable"]
     weights = files.get("adapter_model.safetensors", 0) + files.get(HEAD_WEIGHTS, 0)
     rows = [[name, size] for name, size in files.items()]

@@ -46,8 +46,8 @@ def test_storage_figures_for_eight_tasks():
     assert round(lora.total_bytes(8) / costs.MIB, 1) == 426.7
     assert full.total_bytes(8) == 8 * full.per_task_bytes
     assert lora.total_bytes(0) == 0
-    table = costs.storage_table(list(by_name.values()), 8)
-    assert "426.7 MiB" in table and "369x" in table
+    table = str(costs.regime_storage_table(list(by_name.values()), 8))
+    assert "426.7" in table and "369x" in table and "0.27%" in table
 
 
 def test_bad_arguments_are_named():
