@@ -13,6 +13,7 @@ Exit status: 0 when every submission passes every part, 1 otherwise, 2 on bad us
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -26,7 +27,8 @@ def _grade(args) -> int:
     if args.workers is not None and args.workers < 1:
         print("error: --workers must be 1 or more", file=sys.stderr)
         return 2
-    missing = [p for p in args.submissions if not p.exists()]
+    # A link (even a dangling one), a FIFO or a device exists: the grader refuses it in its row, unread.
+    missing = [p for p in args.submissions if not os.path.lexists(p)]
     if missing:
         print(f"error: no such file or folder: {', '.join(str(p) for p in missing)}", file=sys.stderr)
         return 2
@@ -36,7 +38,7 @@ def _grade(args) -> int:
         return 2
     try:
         exercise = grading.find_exercise(Path(), args.exercise) if args.exercise else None
-        exercises = {p: exercise or grading.find_exercise(p) for p in args.submissions if p.is_file()}
+        exercises = {p: exercise or grading.find_exercise(p) for p in args.submissions if p not in folders}
     except grading.GradingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -70,7 +72,7 @@ def _grade(args) -> int:
     else:
         results = []
         for path, chosen in exercises.items():
-            print(f"grading {path.name} ({chosen.name}) ...", flush=True)
+            print(f"grading {grading.clean(path.name, 120)} ({chosen.name}) ...", flush=True)
             results.append(grading.grade(path, chosen, timeout=args.timeout, env=env, use_sandbox=sandboxed))
     print()
     print(grading.table(results))

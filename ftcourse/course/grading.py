@@ -22,6 +22,24 @@ process only parses notebooks and reads results; it never executes a submission'
 
 ``grade_folder`` grades a class in parallel and writes a gradebook; ``ftcourse grade`` is
 the command (see ``ftcourse.course.cli``).
+
+The grader's own process treats every submission as hostile data too:
+
+- it reads a submission only when it is a regular file (``os.lstat``, never following a
+  link; opened with ``O_NOFOLLOW`` and checked again on the open file), and at most
+  ``MAX_NOTEBOOK_BYTES``: a symlink (to ``/dev/zero``, ``/etc/shadow``, another student's
+  notebook), a FIFO, a device or an oversized file is a ``refused: ...`` row, never read;
+- the gradebook is rewritten atomically (temporary file, ``os.replace``) after every
+  submission, so a crash loses at most the submission being graded;
+- a re-run skips a submission only when its hash *and* the grader's version
+  (``grader_version``: the source of ``ftcourse/course/*.py`` and ``ftcourse.__version__``)
+  match, so a fixed grader regrades everything;
+- every string a submission controls (its file names, its exceptions' names and messages)
+  is escaped before it reaches the instructor (``clean``: control characters, ANSI escapes,
+  bidirectional overrides), CSV cells cannot start a formula (``csv_cell``), and only the
+  grader names a verdict: the guard's ``SubmissionTampered`` counts only when it carries the
+  grading's secret (see ``guard_cell``); an exception of the same name raised by the
+  submission is shown as ``submission raised ...``.
 """
 
 from __future__ import annotations
@@ -32,8 +50,12 @@ import hashlib
 import json
 import os
 import queue
+import re
 import secrets
+import stat
 import sys
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -51,6 +73,11 @@ REVIEW = "review"
 TAMPERED = "SubmissionTampered"
 STUB = "raise NotImplementedError()"
 RAISES_TAG = "raises-exception"
+#: The largest notebook the grader reads; a bigger one is refused unread (read at most this + 1 bytes).
+MAX_NOTEBOOK_BYTES = 20 * 2**20
+REFUSED = "refused"
+#: The longest student-controlled message kept in a row (exception messages, file names).
+MAX_MESSAGE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -155,10 +182,12 @@ class Submission:
     path: str
     exercise: str
     student: str = ""
-    # ok | errors | timeout | output flood | kernel died | unreadable | wrong exercise | review | grader error
+    # ok | errors | timeout | output flood | kernel died | unreadable | refused: ... | wrong exercise | review
+    # | grader error
     status: str = "ok"
     seconds: float = 0.0
     sha256: str = ""
+    grader: str = ""  # grader_version() of the grader that graded it: a cached row from another is regraded
     profile: str = ""
     sandboxed: bool = True
     failing_cell: CellError | None = None
@@ -198,8 +227,96 @@ def find_exercise(path: Path, name: str | None = None) -> Exercise:
                        f"{', '.join(EXERCISES)}.")
 
 
+class Refused(GradingError):
+    """The submission is not something the grader reads: not a regular file, or too big."""
+
+
+_KINDS = ((stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"),
+          (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "special file")
+
+
+def read_submission(path, cap: int = MAX_NOTEBOOK_BYTES) -> bytes:
+    """The bytes of the submission at ``path``, or ``Refused``: only a regular file (checked
+    with ``os.lstat``; a symlink is never followed, even at open time) of at most ``cap`` bytes,
+    read through one descriptor and never more than ``cap + 1`` bytes."""
+    path = Path(path)
+    before = os.lstat(path)
+    if not stat.S_ISREG(before.st_mode):
+        raise Refused(f"{REFUSED}: not a regular file ({_kind(before.st_mode)})")
+    if before.st_size > cap:
+        raise Refused(f"{REFUSED}: {before.st_size:,} bytes, over the cap of {cap:,} bytes")
+    # O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO after the lstat neither
+    # gets followed nor blocks the grader; fstat then checks it is still the same regular file.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+            raise Refused(f"{REFUSED}: not a regular file (it changed while being opened)")
+        chunks, size = [], 0
+        while size <= cap:
+            chunk = os.read(fd, min(1 << 20, cap + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > cap:
+        raise Refused(f"{REFUSED}: over the cap of {cap:,} bytes")
+    return b"".join(chunks)
+
+
 def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """The submission's hash (read as the grader reads it: ``Refused`` unless a regular file within the cap)."""
+    return hashlib.sha256(read_submission(path)).hexdigest()
+
+
+def grader_version() -> str:
+    """What a cached grade depends on besides the notebook: the grader's code (every
+    ``ftcourse/course/*.py``) and the course's version. A change to either regrades everything."""
+    import ftcourse
+
+    digest = hashlib.sha256(f"ftcourse {ftcourse.__version__}\n".encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    return f"{ftcourse.__version__}+{digest.hexdigest()[:16]}"
+
+
+#: Characters a terminal, a spreadsheet or an editor would interpret: C0 controls (all of them,
+#: newline and tab too), DEL and C1 controls (0x7f-0x9f, CSI among them), and the Unicode
+#: bidirectional overrides and isolates that reorder what is displayed.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+#: Characters that start a formula in a spreadsheet (or a cell separator, tab and CR, before one).
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def clean(text, limit: int | None = None) -> str:
+    """``text`` (student-controlled) safe to show: every control character, ANSI escape (its ESC),
+    and bidirectional override written as an escape (``\\x1b``, ``\\n``, ``\\u202e``), then
+    truncated to ``limit`` characters with an ellipsis."""
+    text = str(text)
+    if limit is not None and len(text) > limit:
+        text = text[:limit]
+        cut = True
+    else:
+        cut = False
+    text = _UNSAFE.sub(lambda m: {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(m.group(), repr(m.group())[1:-1])
+                       if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+    return text + ("..." if cut else "")
+
+
+def csv_cell(value):
+    """A gradebook cell: numbers as they are; text cleaned, and a leading apostrophe on text that
+    a spreadsheet would take for a formula (``=``, ``+``, ``-``, ``@``, a tab or a CR first)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    raw = str(value)
+    text = clean(raw)
+    return "'" + text if raw.startswith(_FORMULA) or text.startswith(_FORMULA) else text
 
 
 def _first_line(source: str) -> str:
@@ -371,6 +488,30 @@ def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, us
             "message": f"the sandbox exited {run.returncode} without a result: {run.stderr.strip()[-300:]}"}
 
 
+def _read_notebook(path: Path, result: Submission):
+    """The submission as a notebook, or None with ``result.status`` saying why (refused, unreadable)."""
+    try:
+        data = read_submission(path)
+    except Refused as refusal:  # a link, a FIFO, a device, too big: one row, nothing read
+        result.status = str(refusal)
+        return None
+    except OSError as error:
+        result.status = "unreadable"
+        result.cell_errors.append(CellError(-1, "", type(error).__name__, clean(error.strerror or str(error))))
+        return None
+    result.sha256 = hashlib.sha256(data).hexdigest()
+    try:
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        # Schema nits (a cell id in an nbformat 4.4 file) do not matter; cells with sources do.
+        if not all(isinstance(cell.get("source"), str) and "cell_type" in cell for cell in nb.cells):
+            raise ValueError("its cells are not notebook cells (no cell_type or source)")
+    except Exception as error:  # not JSON, not a notebook: report, don't crash
+        result.status = "unreadable"
+        result.cell_errors.append(CellError(-1, "", type(error).__name__, clean(str(error), MAX_MESSAGE_CHARS)))
+        return None
+    return nb
+
+
 def grade(path, exercise: Exercise | None = None, timeout: float = 600, check_timeout: float | None = None,
           env: dict | None = None, use_sandbox: bool = True, slot: int = 0,
           limits: sandbox.Limits | None = None) -> Submission:
@@ -382,24 +523,16 @@ def grade(path, exercise: Exercise | None = None, timeout: float = 600, check_ti
     # RLIMIT_CPU is per process and counts every thread: twice the wall-clock limit, for torch's threads.
     limits = limits or sandbox.Limits(cpu_seconds=int(2 * timeout) + 60)
     env = env or {}
-    result = Submission(path=str(path), exercise=exercise.name, sandboxed=use_sandbox,
+    result = Submission(path=str(path), exercise=exercise.name, sandboxed=use_sandbox, grader=grader_version(),
                         profile=env.get("FTCOURSE_PROFILE") or os.environ.get("FTCOURSE_PROFILE") or "offline")
     start = time.perf_counter()
     try:
-        result.sha256 = sha256(path)
-        try:
-            nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
-            # Schema nits (a cell id in an nbformat 4.4 file) do not matter; cells with sources do.
-            if not all(isinstance(cell.get("source"), str) and "cell_type" in cell for cell in nb.cells):
-                raise ValueError("its cells are not notebook cells (no cell_type or source)")
-        except Exception as error:  # not JSON, not a notebook: report, don't crash
-            result.status = "unreadable"
-            result.cell_errors.append(CellError(-1, "", type(error).__name__, str(error)[:300]))
-        else:
+        nb = _read_notebook(path, result)
+        if nb is not None:
             _grade(nb, exercise, result, timeout, check_timeout or timeout, env, use_sandbox, slot, limits)
     except Exception as error:  # the grader's own failure, still one row of the report
         result.status = "grader error"
-        result.cell_errors.append(CellError(-1, "", type(error).__name__, str(error)[:300]))
+        result.cell_errors.append(CellError(-1, "", type(error).__name__, clean(str(error), MAX_MESSAGE_CHARS)))
     if not result.checks:  # nothing could be checked: every part fails, saying why
         reason = {"unreadable": "the notebook could not be read", "timeout": "the notebook timed out",
                   "output flood": "the notebook flooded its output",
@@ -490,12 +623,18 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, check_tim
 
 def submissions_in(folder: Path) -> dict:
     """Student -> notebook, for every ``.ipynb`` under ``folder`` (checkpoints skipped). A
-    student is the notebook's folder below ``folder`` (``alice/05_...ipynb``), or its name."""
+    student is the notebook's folder below ``folder`` (``alice/05_...ipynb``), or its name.
+    Links to folders are not followed; a ``.ipynb`` that is a link, a FIFO or a device is listed
+    (the grader refuses it, in its row) but never opened here."""
     folder = Path(folder)
     found = {}
-    for path in sorted(folder.rglob("*.ipynb")):
-        if ".ipynb_checkpoints" in path.parts:
-            continue
+    paths = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d != ".ipynb_checkpoints")
+        paths += [Path(root) / name for name in files if name.endswith(".ipynb")]
+        # A link to a folder named *.ipynb: listed as a submission, refused as not a regular file.
+        paths += [Path(root) / name for name in dirs if name.endswith(".ipynb") and os.path.islink(Path(root) / name)]
+    for path in sorted(paths):
         relative = path.relative_to(folder)
         student = "/".join(relative.parent.parts) if relative.parent.parts else relative.stem
         if student in found:
@@ -532,8 +671,20 @@ def _load_gradebook(path: Path) -> dict:
             result = Submission(**row)
         except (TypeError, KeyError):
             continue
-        book[(result.student, result.sha256, result.exercise, result.profile, result.sandboxed)] = result
+        book[_cache_key(result.student, result.sha256, result.exercise, result.profile, result.sandboxed,
+                        result.grader)] = result
     return book
+
+
+def _cache_key(student, digest, exercise, profile, sandboxed, grader) -> tuple:
+    return (student, digest, exercise, profile, sandboxed, grader)
+
+
+def _refused(path: Path, student: str, exercise: Exercise, status: str, sandboxed: bool, profile: str) -> Submission:
+    result = Submission(path=str(path), exercise=exercise.name, student=student, status=status, sandboxed=sandboxed,
+                        profile=profile, grader=grader_version())
+    result.checks = [PartResult(check.part, False, status, check.hidden) for check in exercise.checks]
+    return result
 
 
 def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: int | None = None,
@@ -541,7 +692,9 @@ def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: i
                  progress: bool = True, limits: sandbox.Limits | None = None) -> list[Submission]:
     """Grade every notebook under ``folder`` with ``workers`` in parallel; write ``gradebook``
     (``.csv`` and ``.json``, one row per student). A submission already in the gradebook with the
-    same hash (same exercise, profile and sandboxing) is not graded again unless ``force``."""
+    same hash (same exercise, profile, sandboxing and grader version) is not graded again unless
+    ``force``. The gradebook is rewritten (atomically) as each submission finishes: a crash loses
+    at most the ones still being graded."""
     from tqdm.auto import tqdm
 
     folder, gradebook = Path(folder), Path(gradebook)
@@ -551,10 +704,18 @@ def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: i
                            "e.g. submissions/alice/05_exercise_bert_base.ipynb.")
     profile = (env or {}).get("FTCOURSE_PROFILE") or os.environ.get("FTCOURSE_PROFILE") or "offline"
     previous = {} if force else _load_gradebook(gradebook.with_suffix(".json"))
+    version = grader_version()
     results, todo = {}, []
     for student, path in found.items():
         chosen = exercise or find_exercise(path)
-        key = (student, sha256(path), chosen.name, profile, use_sandbox)
+        try:
+            digest = sha256(path)
+        except Refused as refusal:  # never read, never cached: its row says why
+            results[student] = _refused(path, student, chosen, str(refusal), use_sandbox, profile)
+            continue
+        except OSError as error:  # vanished, unreadable: grade() says so in its row
+            digest = f"unreadable: {error.strerror}"
+        key = _cache_key(student, digest, chosen.name, profile, use_sandbox, version)
         if key in previous:
             previous[key].path = str(path)
             results[student] = previous[key]
@@ -565,41 +726,73 @@ def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: i
     for slot in range(workers):
         slots.put(slot)
 
+    written = threading.Lock()
+
     def one(student, path, chosen):
         slot = slots.get()  # each concurrent grading gets its own sandbox uid
         try:
             result = grade(path, chosen, timeout=timeout, env=env, use_sandbox=use_sandbox, slot=slot, limits=limits)
+        except Exception as error:  # noqa: BLE001 - a grader bug costs this row, not the class
+            result = _refused(path, student, chosen, "grader error", use_sandbox, profile)
+            result.cell_errors.append(CellError(-1, "", type(error).__name__, clean(str(error), MAX_MESSAGE_CHARS)))
         finally:
             slots.put(slot)
         result.student = student
+        with written:  # the row is on disk as soon as it is graded
+            results[student] = result
+            write_gradebook([results[s] for s in found if s in results], gradebook)
         return result
 
+    write_gradebook([results[s] for s in found if s in results], gradebook)  # the cached and refused rows
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(one, *job) for job in todo]
         bar = tqdm(as_completed(futures), total=len(futures), desc=f"grading ({workers} workers)", unit="notebook",
                    disable=not progress or not futures)
         for future in bar:
-            result = future.result()
-            results[result.student] = result
+            future.result()
     ordered = [results[student] for student in found]
     write_gradebook(ordered, gradebook)
     return ordered
+
+
+def _replace(path: Path, write) -> Path:
+    """Write ``path`` through ``write(handle)`` into a temporary file beside it, then rename it
+    over ``path``: a reader (or a crash) sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
 
 
 def write_gradebook(results: list[Submission], gradebook) -> tuple[Path, Path]:
     """``gradebook.csv`` (one row per student, one column per part: PASS / FAIL / REVIEW) and
     ``gradebook.json`` (everything, with every check's message)."""
     gradebook = Path(gradebook)
-    gradebook.parent.mkdir(parents=True, exist_ok=True)
     parts = list(dict.fromkeys(p for r in results for p in r.parts()))
     csv_path, json_path = gradebook.with_suffix(".csv"), gradebook.with_suffix(".json")
-    with csv_path.open("w", newline="", encoding="utf-8") as handle:
+
+    def write(handle):
         writer = csv.writer(handle)
-        writer.writerow(["student", "exercise", "status", *parts, "passed", "total", "sha256", "seconds"])
+        writer.writerow([csv_cell(c) for c in ("student", "exercise", "status", *parts, "passed", "total",
+                                                "sha256", "seconds")])
         for r in results:
             marks = r.marks()
-            writer.writerow([r.student, r.exercise, r.status, *(marks.get(p, "") for p in parts),
-                             sum(r.parts().values()), len(marks), r.sha256, f"{r.seconds:.0f}"])
+            writer.writerow([csv_cell(c) for c in (r.student, r.exercise, r.status,
+                                                   *(marks.get(p, "") for p in parts), sum(r.parts().values()),
+                                                   len(marks), r.sha256, f"{r.seconds:.0f}")])
+    _replace(csv_path, write)
     write_report(results, json_path)
     return csv_path, json_path
 
@@ -610,36 +803,37 @@ def write_gradebook(results: list[Submission], gradebook) -> tuple[Path, Path]:
 def _name(result: Submission) -> str:
     """The submission's folder and file name: enough to tell submissions apart, no machine path."""
     path = Path(result.path)
-    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+    return clean(f"{path.parent.name}/{path.name}" if path.parent.name else path.name, 120)
 
 
 def table(results: list[Submission]) -> str:
     """One row per submission: its status, then PASS / FAIL / REVIEW per exercise part."""
     parts = list(dict.fromkeys(p for r in results for p in r.parts()))
     name_width = max([len("submission")] + [len(_name(r)) for r in results])
-    status_width = max([len("status")] + [len(r.status) for r in results])
+    status_width = max([len("status")] + [len(clean(r.status)) for r in results])
     header = f"{'submission':<{name_width}}  {'status':<{status_width}}  " + "  ".join(
         f"{p:<9}" for p in parts) + "  passed"
     lines = [header, "-" * len(header)]
     for r in results:
         marks = r.marks()
         cells = "  ".join(f"{marks.get(p, '-'):<9}" for p in parts)
-        lines.append(f"{_name(r):<{name_width}}  {r.status:<{status_width}}  {cells}  "
+        lines.append(f"{_name(r):<{name_width}}  {clean(r.status):<{status_width}}  {cells}  "
                      f"{sum(r.parts().values())}/{len(marks)}")
     return "\n".join(lines)
 
 
 def details(result: Submission) -> str:
     """Why things failed, for one submission: the first failing cell and each failed check."""
-    lines = [f"{_name(result)}: {result.status}, {result.seconds:.0f} s"
+    lines = [f"{_name(result)}: {clean(result.status)}, {result.seconds:.0f} s"
              + ("" if result.sandboxed else " (NOT sandboxed)")]
     if result.failing_cell:
         cell = result.failing_cell
-        lines.append(f"  first failing cell: {cell.cell} `{cell.first_line}` -> {_message(cell.ename, cell.evalue)}")
+        lines.append(f"  first failing cell: {cell.cell} `{clean(cell.first_line, 80)}` -> "
+                     f"{_message(cell.ename, cell.evalue)}")
     for check in result.checks:
         if not check.passed:
             lines.append(f"  {check.part}{' (hidden)' if check.hidden else ''}"
-                         f"{' [REVIEW]' if check.review else ''}: {check.message}")
+                         f"{' [REVIEW]' if check.review else ''}: {clean(check.message, 2 * MAX_MESSAGE_CHARS)}")
     return "\n".join(lines)
 
 
@@ -653,5 +847,6 @@ def write_report(results: list[Submission], path) -> Path:
             for r in results
         ]
     }
-    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    return path
+    # json.dumps escapes every control character but DEL; ensure_ascii escapes C1 and the rest.
+    text = json.dumps(report, indent=2, ensure_ascii=True).replace("\x7f", "\\u007f")
+    return _replace(path, lambda handle: handle.write(text + "\n"))

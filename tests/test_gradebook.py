@@ -1,0 +1,213 @@
+"""The grader's own file handling, without a sandbox: a submission that is not a regular file or
+is too big is refused unread, the gradebook is written as each submission finishes, the cache
+of grades depends on the grader's version, and every string a submission controls is escaped
+in the table, the CSV and the JSON. (Grading itself is faked here: no kernel runs.)"""
+
+import csv
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+import ftcourse
+from ftcourse.course import grading
+
+EXERCISE = grading.Exercise(name="toy", title="toy", checks=(grading.Check("x", "x()"), grading.Check("y", "y()")))
+
+
+def notebook(path: Path, source="def x():\n    return 1") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(new_notebook(cells=[new_code_cell(source)]), path)
+    return path
+
+
+class Crash(BaseException):
+    """Stands for the grader's process dying (killed, out of memory) in the middle of a class."""
+
+
+class FakeGrade:
+    """Stands for grading.grade: reads the submission the way the grader does, passes every part."""
+
+    def __init__(self, crash_on=None, bug_on=None):
+        self.paths, self.crash_on, self.bug_on = [], crash_on, bug_on
+
+    def __call__(self, path, exercise=None, **kwargs):
+        path = Path(path)
+        if path.parent.name == self.crash_on:
+            raise Crash("the grader's process dies here")
+        if path.parent.name == self.bug_on:
+            raise RuntimeError("a bug in the grader")
+        info = os.lstat(path)
+        assert stat.S_ISREG(info.st_mode), f"graded {path}, which is not a regular file"
+        self.paths.append(path)
+        return grading.Submission(path=str(path), exercise=exercise.name, sha256=grading.sha256(path),
+                                  grader=grading.grader_version(), sandboxed=kwargs.get("use_sandbox", True),
+                                  profile=os.environ.get("FTCOURSE_PROFILE") or "offline",
+                                  checks=[grading.PartResult(c.part, True, "", c.hidden) for c in exercise.checks])
+
+
+def rows(gradebook: Path) -> list[dict]:
+    return list(csv.DictReader(gradebook.with_suffix(".csv").open(newline="")))
+
+
+# ----------------------------------------------------------------------------- 1. what the grader reads
+
+
+@pytest.mark.parametrize("cap", [16, 100])
+def test_read_submission_reads_within_the_cap_even_when_the_size_lies(tmp_path, monkeypatch, cap):
+    exact = tmp_path / "exact.ipynb"
+    exact.write_bytes(b"x" * 16)
+    assert grading.read_submission(exact, cap=16) == b"x" * 16
+    with pytest.raises(grading.Refused, match="over the cap"):
+        grading.read_submission(exact, cap=15)
+    # /proc files are regular files whose size says 0: the cap must hold while reading, too.
+    read = []
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: read.append(n) or real_read(fd, n))
+    if cap == 16:
+        with pytest.raises(grading.Refused, match="over the cap"):
+            grading.read_submission("/proc/self/maps", cap=cap)
+        assert sum(read) <= cap + 1
+    else:
+        assert grading.read_submission("/proc/self/maps", cap=10**7)
+
+
+def test_links_fifos_devices_and_big_files_are_refused_unread(tmp_path):
+    solution = notebook(tmp_path / "solution.ipynb")
+    cases = {"symlink": tmp_path / "link.ipynb", "FIFO": tmp_path / "fifo.ipynb"}
+    cases["symlink"].symlink_to(solution)
+    os.mkfifo(cases["FIFO"])
+    for kind, path in cases.items():
+        with pytest.raises(grading.Refused, match=rf"refused: not a regular file \({kind}\)"):
+            grading.read_submission(path)
+        result = grading.grade(path, EXERCISE)
+        assert result.status == f"refused: not a regular file ({kind})"
+        assert result.sha256 == "" and not any(result.parts().values())
+        assert all(c.message == result.status for c in result.checks)
+    with pytest.raises(grading.Refused, match=r"\(character device\)"):
+        grading.read_submission("/dev/zero")
+    big = tmp_path / "big.ipynb"
+    with big.open("wb") as handle:
+        handle.truncate(grading.MAX_NOTEBOOK_BYTES + 1)  # sparse: no disk used
+    result = grading.grade(big, EXERCISE)
+    assert result.status.startswith("refused: ") and "over the cap" in result.status
+
+
+def test_a_class_with_links_to_dev_zero_etc_shadow_and_the_solution_is_graded_without_reading_them(
+        tmp_path, monkeypatch):
+    folder = tmp_path / "class"
+    solution = notebook(tmp_path / "solution" / "toy.ipynb")
+    notebook(folder / "alice" / "toy.ipynb")
+    for student, target in (("bob", "/dev/zero"), ("carol", "/etc/shadow"), ("dave", solution)):
+        (folder / student).mkdir(parents=True)
+        (folder / student / "toy.ipynb").symlink_to(target)
+    (folder / "erin").mkdir()
+    os.mkfifo(folder / "erin" / "toy.ipynb")  # opening it for reading would block the grader forever
+    (folder / "frank").mkdir()
+    (folder / "frank" / "toy.ipynb").symlink_to(tmp_path / "solution", target_is_directory=True)
+    (folder / "grace").symlink_to(tmp_path / "solution", target_is_directory=True)  # a linked folder: not walked
+    opened = []
+    real_open = os.open
+
+    def spy(path, *args, **kwargs):
+        opened.append(os.path.realpath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    fake = FakeGrade()
+    monkeypatch.setattr(grading, "grade", fake)
+    results = {r.student: r for r in grading.grade_folder(folder, tmp_path / "book", EXERCISE, workers=2,
+                                                           progress=False)}
+    assert sorted(results) == ["alice", "bob", "carol", "dave", "erin", "frank"]
+    assert fake.paths == [folder / "alice" / "toy.ipynb"]
+    assert results["alice"].status == "ok"
+    for student, kind in (("bob", "symlink"), ("carol", "symlink"), ("dave", "symlink"), ("erin", "FIFO"),
+                          ("frank", "symlink")):
+        assert results[student].status == f"refused: not a regular file ({kind})", student
+        assert not any(results[student].parts().values())
+    assert not {"/dev/zero", "/etc/shadow", str(solution.resolve())} & set(opened)
+    book = {r["student"]: r["status"] for r in rows(tmp_path / "book")}
+    assert book["bob"] == "refused: not a regular file (symlink)" and book["alice"] == "ok"
+
+
+# ----------------------------------------------------------------------------- 2. written as it goes
+
+
+def test_the_gradebook_is_written_after_each_submission_so_a_crash_loses_one_row(tmp_path, monkeypatch):
+    folder = tmp_path / "class"
+    for student in ("a", "b", "c", "d"):
+        notebook(folder / student / "toy.ipynb")
+    seen = []
+    real_write = grading.write_gradebook
+
+    def watch(results, gradebook):
+        seen.append([r.student for r in results])
+        return real_write(results, gradebook)
+
+    monkeypatch.setattr(grading, "write_gradebook", watch)
+    monkeypatch.setattr(grading, "grade", FakeGrade(crash_on="c"))
+    with pytest.raises(Crash):
+        grading.grade_folder(folder, tmp_path / "book", EXERCISE, workers=1, progress=False)
+    assert seen[:3] == [[], ["a"], ["a", "b"]]  # rewritten after each one, not once at the end
+    assert [r["student"] for r in rows(tmp_path / "book")][:2] == ["a", "b"]  # d may have finished too
+    saved = json.loads((tmp_path / "book.json").read_text())["submissions"]
+    assert [s["student"] for s in saved][:2] == ["a", "b"] and "c" not in [s["student"] for s in saved]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["book.csv", "book.json", "class"]  # no temporary left
+    # The re-run keeps what was written and grades the rest; a bug in one grading is that row's status.
+    fake = FakeGrade(bug_on="c")
+    monkeypatch.setattr(grading, "grade", fake)
+    results = grading.grade_folder(folder, tmp_path / "book", EXERCISE, workers=1, progress=False)
+    assert "a" not in [p.parent.name for p in fake.paths] and "b" not in [p.parent.name for p in fake.paths]
+    assert [r["student"] for r in rows(tmp_path / "book")] == ["a", "b", "c", "d"]
+    assert [r.status for r in results] == ["ok", "ok", "grader error", "ok"]
+    assert "a bug in the grader" in results[2].cell_errors[0].evalue
+
+
+# ----------------------------------------------------------------------------- 3. the cache and the grader's version
+
+
+def test_a_rerun_skips_graded_submissions_only_for_the_same_grader_version(tmp_path, monkeypatch):
+    folder = tmp_path / "class"
+    for student in ("a", "b"):
+        notebook(folder / student / "toy.ipynb")
+    fake = FakeGrade()
+    monkeypatch.setattr(grading, "grade", fake)
+    grading.grade_folder(folder, tmp_path / "book", EXERCISE, progress=False)
+    assert len(fake.paths) == 2
+    grading.grade_folder(folder, tmp_path / "book", EXERCISE, progress=False)
+    assert len(fake.paths) == 2  # same notebooks, same grader: nothing regraded
+    assert json.loads((tmp_path / "book.json").read_text())["submissions"][0]["grader"] == grading.grader_version()
+    monkeypatch.setattr(grading, "grader_version", lambda: "0.2.0+fixed")
+    grading.grade_folder(folder, tmp_path / "book", EXERCISE, progress=False)
+    assert len(fake.paths) == 4  # a fixed grader regrades everything
+
+
+def test_the_grader_version_follows_the_course_code_and_the_course_version(tmp_path, monkeypatch):
+    copy = tmp_path / "course"
+    shutil.copytree(Path(grading.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(grading, "__file__", str(copy / "grading.py"))
+    first = grading.grader_version()
+    assert first.startswith(f"{ftcourse.__version__}+") and grading.grader_version() == first
+    (copy / "checks.py").write_text((copy / "checks.py").read_text() + "\n# a fix\n")
+    second = grading.grader_version()
+    assert second != first
+    monkeypatch.setattr(ftcourse, "__version__", "9.9.9")
+    assert grading.grader_version() not in (first, second)
+
+
+def test_the_command_refuses_a_linked_or_special_file_in_its_report(tmp_path, capsys):
+    from ftcourse.course import cli
+
+    link = tmp_path / "05_exercise_bert_base.ipynb"
+    link.symlink_to("/dev/zero")
+    report = tmp_path / "report.json"
+    # --no-sandbox: nothing is run anyway, the file is refused before any kernel starts.
+    assert cli.main(["grade", str(link), "--no-sandbox", "--report", str(report)]) == 1
+    saved = json.loads(report.read_text())["submissions"]
+    assert [s["status"] for s in saved] == ["refused: not a regular file (symlink)"]
+    assert "refused: not a regular file (symlink)" in capsys.readouterr().out
