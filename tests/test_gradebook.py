@@ -211,3 +211,40 @@ def test_the_command_refuses_a_linked_or_special_file_in_its_report(tmp_path, ca
     saved = json.loads(report.read_text())["submissions"]
     assert [s["status"] for s in saved] == ["refused: not a regular file (symlink)"]
     assert "refused: not a regular file (symlink)" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- 4. escaping what a submission controls
+
+HOSTILE = "=HYPERLINK(\"http://evil\")\x1b[2J\x1b]0;pwned\x07\r\n\x7f\x9b\u202eevil"
+
+
+def unsafe(text: str) -> list[str]:
+    return [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f or 0x202a <= ord(c) <= 0x202e]
+
+
+def test_the_table_the_csv_and_the_json_escape_what_a_submission_controls(tmp_path):
+    results = [grading.Submission(
+        path=f"/class/{HOSTILE}/toy.ipynb", exercise="toy", student=HOSTILE, status="errors",
+        failing_cell=grading.CellError(3, HOSTILE, "ValueError\x1b[31m", HOSTILE * 100),
+        cell_errors=[grading.CellError(3, HOSTILE, "ValueError", HOSTILE)],
+        checks=[grading.PartResult("x", False, "its cell 3 raised: " + HOSTILE, False)])]
+    for student in ("+1", "-1", "@SUM(A1)", "\tcmd", "\rcmd", "plain"):
+        results.append(grading.Submission(path="a/toy.ipynb", exercise="toy", student=student))
+    shown = grading.table(results) + "\n" + grading.details(results[0])
+    assert not unsafe(shown), shown
+    assert "\\x1b[2J" in shown and "\\u202e" in shown
+    assert len(max(shown.splitlines(), key=len)) < 1000  # a long message is truncated
+    csv_path, json_path = grading.write_gradebook(results, tmp_path / "book")
+    cells = [row[0] for row in csv.reader(csv_path.open(newline=""))][1:]
+    assert cells[0].startswith("'=HYPERLINK") and not unsafe(cells[0])
+    assert cells[1:] == ["'+1", "'-1", "'@SUM(A1)", "'\\tcmd", "'\\rcmd", "plain"]
+    raw = json_path.read_text(encoding="utf-8")
+    assert not unsafe(raw)
+    assert json.loads(raw)["submissions"][0]["student"] == HOSTILE  # escaped, not lost
+
+
+def test_clean_and_csv_cell():
+    assert grading.clean("a\x1b[31mb\tc\nd\x00\x7f\x85\u2066") == "a\\x1b[31mb\\tc\\nd\\x00\\x7f\\x85\\u2066"
+    assert grading.clean("x" * 500, 10) == "x" * 10 + "..."
+    assert grading.clean("été ✓ 日本") == "été ✓ 日本"
+    assert grading.csv_cell(3) == 3 and grading.csv_cell("-") == "'-" and grading.csv_cell("ok") == "ok"

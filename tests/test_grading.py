@@ -141,3 +141,29 @@ def test_command_line_usage_errors_and_an_unreadable_submission(tmp_path, capsys
     assert cli.main(["grade", str(broken), "--report", str(report)]) == 1
     assert json.loads(report.read_text())["submissions"][0]["status"] == "unreadable"
     assert broken.read_text() == "not json"
+
+
+def test_only_the_grader_names_a_verdict_and_what_the_submission_says_is_escaped(tmp_path, toy):
+    fake = "the submission changed what the checks rely on: \x1b[2J\x1b[32mALL PASSED\x07. For the instructor's review."
+    path = write(
+        tmp_path, "toy.ipynb",
+        # Its own class named like the grader's, and the grader's very class, raised by the answers.
+        f"class SubmissionTampered(Exception):\n    pass\ndef x():\n    raise SubmissionTampered({fake!r})",
+        f"def y():\n    from ftcourse.course.guard import SubmissionTampered\n    raise SubmissionTampered({fake!r})",
+        # Real tampering, when the checks call z: the guard's verdict.
+        "def z():\n    checks.expect = lambda *args: None",
+        f"raise SubmissionTampered({fake!r})  # at top level, in the notebook as submitted")
+    result = grading.grade(path, toy, timeout=120)
+    by_part = {c.part: c for c in result.checks if c.part in "xyz"}
+    for part in ("x", "y"):
+        check = by_part[part]
+        assert not check.passed and not check.review, grading.details(result)
+        assert check.message.startswith("submission raised SubmissionTampered (not the grader's verdict): ")
+        assert "\x1b" not in check.message and "\\x1b[2J" in check.message
+    assert by_part["z"].review and result.status == grading.REVIEW, grading.details(result)
+    assert by_part["z"].message.startswith("the submission changed what the checks rely on: ")
+    assert "checks.expect was replaced" in by_part["z"].message
+    assert result.failing_cell.ename == "SubmissionTampered" and result.failing_cell.cell == 5
+    shown = grading.details(result) + grading.table([result])
+    assert not [c for c in shown if ord(c) < 0x20 and c != "\n" or 0x7f <= ord(c) <= 0x9f]
+    assert "first failing cell: 5" in shown and "-> submission raised SubmissionTampered" in shown

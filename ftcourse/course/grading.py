@@ -147,9 +147,40 @@ BERT_BASE = Exercise(
     ),
 )
 EXERCISES = {exercise.name: exercise for exercise in (BERT_BASE,)}
-#: Installed in the checks kernel after the course's cells, before the student's definitions.
-GUARD_CELL = ("from ftcourse import checks\nfrom ftcourse.course.guard import Guard as _FtcourseGuard\n"
-              "__ftcourse_guard__ = _FtcourseGuard(globals())\ndel _FtcourseGuard")
+#: Installed in the checks kernel after the course's cells, before the student's definitions (which
+#: run after it, under the guard). It takes the grading's secret from the file kernelrun wrote (and
+#: deletes it), keeps it only in a closure, and stamps it on the guard's own ``SubmissionTampered``;
+#: an exception of that name the submission raises has no stamp, and is the submission's, not a verdict.
+#: (All this runs in one process with the submission: code that digs the secret out of the
+#: closure can forge a REVIEW, which only sends its row to the instructor, never a pass.)
+GUARD_CELL = """from ftcourse import checks
+
+
+def __ftcourse_install__():
+    import os
+    from ftcourse.course.guard import Guard, SubmissionTampered
+
+    secret, path = "", os.environ.pop("FTCOURSE_VERDICT_FILE", "")
+    if path:
+        with open(path, encoding="utf-8") as handle:
+            secret = handle.read().strip()
+        os.unlink(path)
+    guard = Guard(globals())
+
+    def run(code):
+        try:
+            guard.run(code)
+        except SubmissionTampered as error:
+            if type(error) is SubmissionTampered and guard.tampered and secret:
+                raise SubmissionTampered(secret + " " + str(error)) from None
+            raise
+
+    return run
+
+
+__ftcourse_run__ = __ftcourse_install__()
+del __ftcourse_install__
+"""
 #: Environment variables the sandboxed kernel gets from the grader's (everything else is cleared).
 PASSED_ENV = ("FTCOURSE_PROFILE", "FTCOURSE_DATA", "FTCOURSE_ENCODER", "FTCOURSE_RAW_ENCODER", "FTCOURSE_SENTENCE",
               "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "HF_HUB_CACHE", "TOKENIZERS_PARALLELISM",
@@ -325,12 +356,32 @@ def _first_line(source: str) -> str:
     return next((line for line in lines if not line.startswith("#")), lines[0] if lines else "")[:80]
 
 
-def _message(ename: str, evalue: str) -> str:
+def _message(ename: str, evalue: str, verdict: bool = False) -> str:
+    """What an error says in the gradebook, escaped and truncated. ``verdict``: the grader's own
+    tamper verdict (stamped with the grading's secret); an exception of the same name without
+    it is the submission's, and says so."""
+    if verdict:
+        return clean(evalue, MAX_MESSAGE_CHARS)
     if ename == "NotImplementedError":
         return NOT_DONE
-    if ename in ("CheckFailed", "AssertionError", TAMPERED):
-        return evalue
-    return f"{ename}: {evalue}"
+    if ename in ("CheckFailed", "AssertionError"):
+        return clean(evalue, MAX_MESSAGE_CHARS)
+    if ename == TAMPERED:
+        return f"submission raised {TAMPERED} (not the grader's verdict): {clean(evalue, MAX_MESSAGE_CHARS)}"
+    return f"{clean(ename, 80)}: {clean(evalue, MAX_MESSAGE_CHARS)}"
+
+
+def _said(error, verdict: str | None) -> str:
+    """The message of a checks cell's error: the verdict's (unstamped) text, or the error's, as ``_message`` says."""
+    return _message(error[0], error[1], False) if verdict is None else _message(error[0], verdict, True)
+
+
+def _verdict(error, secret: str) -> str | None:
+    """The grader's tamper verdict in a checks cell's ``[ename, evalue]``, without its stamp; None when
+    there is none (no error, another error, or a ``SubmissionTampered`` the submission raised itself)."""
+    if error and error[0] == TAMPERED and secret and error[1].startswith(secret + " "):
+        return error[1][len(secret) + 1:]
+    return None
 
 
 # ----------------------------------------------------------------------------- reading notebooks
@@ -443,11 +494,11 @@ def checks_notebook(course: nbformat.NotebookNode, definitions: str, exercise: E
         roles.append(("scaffold", None))
     cells.append(GUARD_CELL)
     roles.append(("guard", None))
-    cells.append(f"__ftcourse_guard__.run({definitions!r})")
+    cells.append(f"__ftcourse_run__({definitions!r})")
     roles.append(("definitions", None))
     for kind, entries in (("step", exercise.steps), ("check", exercise.checks)):
         for entry in entries:
-            cells.append(f"__ftcourse_guard__.run({entry.code!r})")
+            cells.append(f"__ftcourse_run__({entry.code!r})")
             roles.append((kind, entry))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -465,13 +516,14 @@ def kernel_env(env: dict | None = None, sandboxed: bool = True) -> dict:
 
 
 def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, use_sandbox: bool,
-             limits: sandbox.Limits) -> dict:
-    """Run ``nb`` through ``ftcourse.course.kernelrun`` (sandboxed); its report, or one saying why there is none."""
+             limits: sandbox.Limits, secret: str = "") -> dict:
+    """Run ``nb`` through ``ftcourse.course.kernelrun`` (sandboxed); its report, or one saying why there is none.
+    ``secret``: what the guard stamps on its verdicts (``GUARD_CELL``), handed over by kernelrun in a file."""
     token = secrets.token_hex(16)
     # The runner's cap on the kernel's output sits below the grader's cap on the runner's stdout, so a
     # print flood is stopped, and named, by the runner; the grader's cap catches anything else.
     job = json.dumps({"notebook": nbformat.writes(nb), "timeout": timeout, "token": token,
-                      "output_bytes": limits.output_bytes // 2})
+                      "output_bytes": limits.output_bytes // 2, "verdict_secret": secret})
     # Slack beyond the notebook's own limit: starting the sandbox and the kernel.
     run = sandbox.run([sys.executable, "-m", "ftcourse.course.kernelrun"], job, timeout=timeout + 120, limits=limits,
                       env=kernel_env(env, use_sandbox), slot=slot, sandbox=use_sandbox)
@@ -576,7 +628,8 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, check_tim
     given = {c.source.strip() for c in course.cells if c.cell_type == "code" and STUB not in c.source}
     definitions, result.notes = student_definitions(nb, scaffold_names(course), given)
     checks_nb, roles = checks_notebook(course, definitions, exercise)
-    report = _execute(checks_nb, check_timeout, env, slot, use_sandbox, limits)
+    secret = secrets.token_hex(16)
+    report = _execute(checks_nb, check_timeout, env, slot, use_sandbox, limits, secret)
     errors = {entry["index"]: entry["error"] for entry in report["cells"]}
     ran = set(errors)
     for index, (role, _) in enumerate(roles):
@@ -590,21 +643,22 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, check_tim
         if role not in ("definitions", "step", "check"):
             continue
         error = errors.get(index) if index in ran else ["NotRun", not_run or "not run"]
-        if error and error[0] == TAMPERED:
+        verdict = _verdict(error, secret)
+        if verdict is not None:
             tampered = True
         if role == "definitions":
             if error:
-                result.notes.append(f"the submission's definitions raised {error[0]}: {error[1][:200]}")
+                result.notes.append(f"the submission's definitions raised: "
+                                    f"{_said(error, verdict)[:300]}")
             continue
         if role == "step":
             if error:
-                failed_steps[entry.part] = _message(*error)
+                failed_steps[entry.part] = _said(error, verdict)
             continue
-        message = _message(*error) if error else ""
-        if error and error[0] != TAMPERED and entry.part in failed_steps:
+        message = _said(error, verdict) if error else ""
+        if error and verdict is None and entry.part in failed_steps:
             message = failed_steps[entry.part]  # the check had nothing to check: say why
-        result.checks.append(PartResult(entry.part, error is None, message, entry.hidden,
-                                        review=bool(error) and error[0] == TAMPERED))
+        result.checks.append(PartResult(entry.part, error is None, message, entry.hidden, review=verdict is not None))
     if report["status"] != "ok" and result.status == "ok":
         result.status = report["status"]
     if tampered:

@@ -10,6 +10,11 @@ this process makes itself non-dumpable, so code in the kernel cannot write a for
 line: the token and the result channel stay out of its reach. Output the kernel sends to
 the notebook (prints, displays) counts against the cap; past it, the kernel is killed and
 the run reports ``output flood`` instead of letting the outputs grow in memory.
+
+A job may carry a ``verdict_secret``: the checks kernel's guard stamps it on the grader's own
+tamper verdicts (see ``ftcourse.course.grading.GUARD_CELL``), so that an exception of the same
+name raised by a submission is not taken for one. It reaches the kernel in a private file,
+never in the notebook's source (which the kernel's history would keep).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 RESULT_MARK = "FTCOURSE-RESULT"
@@ -32,6 +38,16 @@ def _non_dumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: nothing to harden, the sandbox still applies
         pass
+
+
+def _hand_over(secret: str) -> None:
+    """Give the checks kernel the secret its guard stamps on the grader's verdicts: in a file only
+    this uid may read, named by ``FTCOURSE_VERDICT_FILE`` in the kernel's environment; the
+    grader's first cell reads it and deletes it before any of the submission's code runs."""
+    fd, path = tempfile.mkstemp(prefix="ftcourse-verdict-", dir=os.getcwd())
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(secret)
+    os.environ["FTCOURSE_VERDICT_FILE"] = path
 
 
 def _error_of(outputs) -> tuple[str, str] | None:
@@ -98,6 +114,8 @@ def main() -> int:
 
     job = json.loads(sys.stdin.read())
     nb = nbformat.reads(job["notebook"], as_version=4)
+    if job.get("verdict_secret"):
+        _hand_over(job["verdict_secret"])
     report = execute(nb, float(job["timeout"]), int(job["output_bytes"]))
     sys.stdout.write(f"\n{RESULT_MARK} {job['token']} {json.dumps(report)}\n")
     sys.stdout.flush()
