@@ -243,6 +243,7 @@ def _check_pages(context, origin: str, pages: list[str], screenshots: Path | Non
                 errors.append("MathJax did not typeset every formula within 20 s")
         for src in page.evaluate(BROKEN_IMAGES):
             errors.append(f"image did not load: {src}")
+        errors += [f"runs off its column: {what}" for what in page.evaluate(OVERFLOWING)]
         for href in page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)"):
             url = urllib.parse.urlsplit(href)
             if url.netloc == host:
@@ -292,6 +293,26 @@ def _book_checks(name: str, page) -> list[str]:
     return errors
 
 
+#: Code, outputs and text wider than the page's column that neither wrap nor scroll: what a
+#: reader cannot see. An element may be wider than its box only inside a scrolling container.
+OVERFLOWING = """() => {
+  const article = document.querySelector('article.bd-article') || document.body;
+  const right = article.getBoundingClientRect().right + 1;
+  const scrolls = e => { for (; e && e !== article; e = e.parentElement) {
+      const x = getComputedStyle(e).overflowX; if (x === 'auto' || x === 'scroll') return true; } return false; };
+  const found = [];
+  for (const e of article.querySelectorAll('pre, code, p, li, td, th, .cell_output *, .highlight')) {
+    const box = e.getBoundingClientRect();
+    const spills = box.right > right || (e.clientWidth && e.scrollWidth > e.clientWidth + 1
+                                          && getComputedStyle(e).overflowX === 'visible');
+    if (box.width && spills && !scrolls(e))
+      found.push(e.tagName.toLowerCase() + ': ' + (e.innerText || '').trim().slice(0, 60));
+    if (found.length >= 5) break;
+  }
+  return found;
+}"""
+
+
 def test_every_page_loads_in_headless_chromium(built_site):
     pages = sorted(p.relative_to(built_site).as_posix() for p in built_site.rglob("*.html")
                    if not p.relative_to(built_site).parts[0].startswith("_"))
@@ -311,15 +332,17 @@ def test_the_browser_check_finds_what_is_broken(tmp_path):
     (tmp_path / "index.html").write_text(
         "<!doctype html><title>t</title><img src='ok.png'><img src='missing.png'>"
         "<img src='https://example.invalid/x.png'><a href='nowhere.html'>x</a><a href='index.html#nope'>y</a>"
-        "<a href='#here' id='here'>z</a><script>console.error('boom')</script>")
+        "<a href='#here' id='here'>z</a><script>console.error('boom')</script>"
+        "<article class='bd-article' style='width: 300px'><pre style='overflow: visible'>" + "x" * 200 + "</pre>"
+        "<div style='overflow-x: auto'><pre>" + "y" * 200 + "</pre></div></article>")
     with _browser(tmp_path) as (context, origin, left):
         problems = _check_pages(context, origin, ["index.html"])
     assert left == ["https://example.invalid/x.png"]
     text = "\n".join(problems)
     for fault in ("console: boom", "404 for", "image did not load: missing.png", "nowhere.html answers 404",
-                  "#nope has no such anchor"):
+                  "#nope has no such anchor", "runs off its column: pre: xxx"):
         assert fault in text, text
-    assert "ok.png" not in text and "#here" not in text
+    assert "ok.png" not in text and "#here" not in text and "yyy" not in text  # that one scrolls
 
 
 def test_the_landing_page_shows_recorded_headlines_in_the_browser(tmp_path):
@@ -370,7 +393,38 @@ def _landing_problems(page, root: Path) -> list[str]:
             found.append(f"{entry.page.path}: neither its headline nor '{site.NO_HEADLINE}'")
         for headline in entry.headlines:
             for figure in headline["figures"]:
-                for value in (figure["name"], report._fmt(figure["measured"]), report._fmt(figure["published"])):
+                for value in (figure["name"], report.format_figure(figure["measured"]), report.format_figure(figure["published"])):
                     if value not in text:
                         found.append(f"{entry.page.path}: the headline figure {value!r} is not shown")
     return found
+
+
+def _course_repository() -> str:
+    import tomllib
+
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+
+
+def test_the_course_address_is_set_in_one_place():
+    import yaml
+
+    book = yaml.safe_load((REPO_ROOT / "book" / "_config.yml").read_text())
+    assert book["repository"]["url"] == _course_repository()
+    assert book["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+
+
+def test_a_lesson_page_opens_its_notebook_in_colab(built_site):
+    """The rocket button of a lesson's page offers Colab, on this lesson's notebook in the
+    course's repository; a screenshot shows the open menu."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    github = _course_repository().removeprefix("https://github.com/")
+    with _browser(built_site) as (context, origin, left):
+        page = context.new_page()
+        page.goto(f"{origin}/notebooks/03_costs_and_lora.html", wait_until="networkidle")
+        page.click("button[aria-label='Launch interactive content']")
+        link = page.locator(".dropdown-launch-buttons a", has_text="Colab")
+        link.wait_for(state="visible")
+        assert link.get_attribute("href") == (
+            f"https://colab.research.google.com/github/{github}/blob/main/notebooks/03_costs_and_lora.ipynb")
+        page.screenshot(path=SCREENSHOTS / "launch-button-colab.png")
+    assert not left  # a link, not a fetch: the page still loads nothing from other machines
