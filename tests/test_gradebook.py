@@ -248,3 +248,24 @@ def test_clean_and_csv_cell():
     assert grading.clean("x" * 500, 10) == "x" * 10 + "..."
     assert grading.clean("été ✓ 日本") == "été ✓ 日本"
     assert grading.csv_cell(3) == 3 and grading.csv_cell("-") == "'-" and grading.csv_cell("ok") == "ok"
+
+
+# ----------------------------------------------------------------------------- 5. each worker's share of memory
+
+
+def test_each_worker_s_sandboxes_get_an_equal_share_of_the_machine_s_memory(tmp_path, monkeypatch):
+    from ftcourse.course import sandbox
+
+    for student in ("a", "b", "c"):
+        notebook(tmp_path / "class" / student / "toy.ipynb")
+    seen = []
+    fake = FakeGrade()
+    monkeypatch.setattr(grading, "grade", lambda *a, **k: seen.append(k["limits"]) or fake(*a, **k))
+    monkeypatch.setattr(sandbox, "machine_memory", lambda: 12 * sandbox.GiB)
+    grading.grade_folder(tmp_path / "class", tmp_path / "book", EXERCISE, workers=3, timeout=100, progress=False)
+    assert {limits.sandbox_memory_bytes for limits in seen} == {4 * sandbox.GiB}
+    assert {limits.cpu_seconds for limits in seen} == {260}
+    chosen = sandbox.Limits(sandbox_memory_bytes=sandbox.GiB)
+    grading.grade_folder(tmp_path / "class", tmp_path / "book", EXERCISE, workers=3, force=True, limits=chosen,
+                         progress=False)
+    assert seen[-1].sandbox_memory_bytes == sandbox.GiB  # what the caller chose stays

@@ -168,3 +168,84 @@ def test_without_bwrap_the_grader_refuses_and_says_how_to_install(monkeypatch, t
 def test_limits_do_not_reach_the_grader():
     run_python("print(1)", limits=sandbox.Limits(processes=8, memory_bytes=sandbox.GiB))
     assert resource.getrlimit(resource.RLIMIT_NPROC)[0] != 8
+
+
+# ----------------------------------------------------------------------------- the whole sandbox: cgroups, tmpfs sizes
+
+
+def require_cgroups():
+    support = sandbox.cgroups()
+    if not support.kind:
+        pytest.skip(f"no cgroup for the sandboxes here: {support.missing}")
+    return support
+
+
+def leftover_cgroups(support) -> list:
+    return [p for _, parent in support.parents for p in os.listdir(parent) if p.startswith(sandbox.CGROUP_PREFIX)]
+
+
+def test_the_whole_sandbox_is_capped_in_memory_not_only_each_process():
+    support = require_cgroups()
+    # Four processes of 200 MiB each: every one is far under its own address-space limit (4 GiB),
+    # together they pass the sandbox's 400 MiB.
+    limits = sandbox.Limits(memory_bytes=4 * sandbox.GiB, sandbox_memory_bytes=400 * sandbox.MiB)
+    code = ("import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        b = bytearray(200 * 2**20)\n"
+            "        b[::4096] = b'x' * len(b[::4096])\n        time.sleep(5)\n        os._exit(0)\n"
+            "killed = sum(os.WIFSIGNALED(os.wait()[1]) for _ in range(4))\nprint('killed', killed)")
+    result = run_python(code, timeout=60, limits=limits)
+    assert result.cgroup == support.kind
+    assert result.oom_killed, (result.stdout, result.stderr)
+    if result.returncode == 0:  # the parent itself may be the one the kernel chose
+        assert int(result.stdout.split()[1]) >= 1, result.stdout
+    assert not leftover_cgroups(support)  # killed and removed
+
+
+def test_the_whole_sandbox_is_capped_in_processes():
+    support = require_cgroups()
+    limits = sandbox.Limits(processes=256, sandbox_tasks=24)
+    code = ("import os, time\nn = 0\ntry:\n    for _ in range(100):\n        if os.fork() == 0:\n"
+            "            time.sleep(30); os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint('forks', n)")
+    result = run_python(code, timeout=60, limits=limits)
+    assert result.returncode == 0, result.stderr
+    assert 0 < int(result.stdout.split()[1]) < 24  # the per-uid limit (256) was not what stopped it
+    assert not leftover_cgroups(support)
+
+
+def test_without_cgroups_it_says_what_is_missing_once_and_keeps_the_per_process_limits(monkeypatch, tmp_path,
+                                                                                       capsys):
+    monkeypatch.setattr(sandbox, "cgroups", lambda: sandbox.Cgroups("", missing="cgroup v2 at /x lacks memory"))
+    result = run_python("print('ok')")
+    assert result.returncode == 0 and result.stdout.strip() == "ok" and result.cgroup == ""
+    result = run_python("held = []\ntry:\n    while True:\n        held.append(bytearray(64 * 2**20))\n"
+                        "except MemoryError:\n    print('stopped')", limits=sandbox.Limits(memory_bytes=sandbox.GiB))
+    assert result.stdout.strip() == "stopped"
+    notebook = tmp_path / "05_exercise_bert_base.ipynb"
+    notebook.write_text("not json")
+    assert cli.main(["grade", str(notebook), "--report", str(tmp_path / "r.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("warning: no cgroup for the sandboxes (cgroup v2 at /x lacks memory)") == 1
+
+
+def test_the_probe_reports_what_it_found():
+    support = sandbox.cgroups()
+    assert support.kind in ("cgroup v2", "cgroup v1", "systemd-run") or support.missing
+    assert bool(sandbox.cgroup_warning()) == (not support.kind)
+    assert sandbox.GiB // 4 < sandbox.machine_memory() < 2**50
+
+
+def test_tmp_home_and_dev_shm_are_size_capped_tmpfs():
+    if not sandbox.supports_size(sandbox.require()):
+        pytest.skip("this bwrap has no --size")
+    full = sandbox.command(["true"], sandbox.Limits(), {})
+    for folder, size in (("/tmp", sandbox.Limits().tmp_bytes), ("/dev/shm", sandbox.Limits().shm_bytes)):
+        at = next(i for i in range(len(full)) if full[i - 1:i + 1] == ["--tmpfs", folder])
+        assert full[at - 5:at - 1] == ["--size", str(size), "--perms", "01777"]
+    limits = sandbox.Limits(tmp_bytes=32 * sandbox.MiB, shm_bytes=8 * sandbox.MiB)
+    code = ("import os\nfor path in ('/tmp/home/big', '/tmp/big', '/dev/shm/big'):\n    written = 0\n"
+            "    try:\n        with open(path, 'wb') as f:\n            for _ in range(64):\n"
+            "                f.write(b'x' * 2**20); f.flush(); written += 1\n    except OSError as e:\n"
+            "        pass\n    print(path, written)\n    os.unlink(path)")
+    result = run_python(code, limits=limits)
+    assert result.returncode == 0, result.stderr
+    written = {line.split()[0]: int(line.split()[1]) for line in result.stdout.splitlines()}
+    assert written["/tmp/home/big"] <= 32 and written["/tmp/big"] <= 32 and written["/dev/shm/big"] <= 8, written

@@ -2,11 +2,14 @@
 
 ``ftcourse grade SUBMISSION.ipynb [...]`` or ``ftcourse grade submissions/`` grades exercise
 notebooks: each runs in a bubblewrap sandbox (read-only course, private home, no network,
-an unprivileged user, limits on memory, processes, CPU time and output), then the checks,
+an unprivileged user, limits on memory, processes, CPU time and output; where the machine
+has cgroups, a cap on each whole sandbox's memory and processes, else a warning), then the checks,
 visible and hidden, run in a kernel built from the course's own cells and only the
 submission's definitions. It prints a PASS / FAIL / REVIEW table per exercise part. Files:
 a JSON report. A folder: every notebook under it, in parallel, into a gradebook (CSV and
-JSON, one row per student); a re-run skips notebooks already graded with the same hash.
+JSON, one row per student, written as each finishes); a re-run skips notebooks already graded
+with the same hash by the same grader version. Links, FIFOs, devices and oversized files are
+refused unread, each in its row.
 Exit status: 0 when every submission passes every part, 1 otherwise, 2 on bad usage.
 """
 
@@ -60,6 +63,10 @@ def _grade(args) -> int:
         except sandbox.SandboxUnavailable as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    # Once: whether each whole sandbox gets a cgroup (memory.max, pids.max) here, and what is missing if not.
+    warning = sandbox.cgroup_warning()
+    if warning:
+        print(warning, file=sys.stderr)
     env = {"FTCOURSE_PROFILE": args.profile} if args.profile else {}
     sandboxed = not args.no_sandbox
     if folders:

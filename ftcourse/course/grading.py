@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -529,13 +530,22 @@ def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, us
                       env=kernel_env(env, use_sandbox), slot=slot, sandbox=use_sandbox)
     for line in reversed(run.stdout.splitlines()):
         if line.startswith(f"{RESULT_MARK} {token} "):
-            return json.loads(line.split(" ", 2)[2])
+            report = json.loads(line.split(" ", 2)[2])
+            if report["status"] == "kernel died" and run.oom_killed:  # the kernel was the one killed
+                report["message"] = (f"the sandbox ran out of memory (its cgroup's limit, "
+                                     f"{(limits.sandbox_memory_bytes or sandbox.machine_memory()) / sandbox.GiB:.1f} "
+                                     f"GiB): {report['message']}")[:400]
+            return report
     if run.flooded:
         return {"status": "output flood", "cells": [], "stopped_at": None,
                 "message": f"more than {limits.output_bytes:,} bytes on the runner's output"}
     if run.timed_out:
         return {"status": "timeout", "cells": [], "stopped_at": None,
                 "message": f"the sandbox ran past {timeout + 120:.0f} s"}
+    if run.oom_killed:
+        return {"status": "kernel died", "cells": [], "stopped_at": None,
+                "message": f"the sandbox ran out of memory (its cgroup's limit, "
+                           f"{(limits.sandbox_memory_bytes or sandbox.machine_memory()) / sandbox.GiB:.1f} GiB)"}
     return {"status": "kernel died", "cells": [], "stopped_at": None,
             "message": f"the sandbox exited {run.returncode} without a result: {run.stderr.strip()[-300:]}"}
 
@@ -776,6 +786,10 @@ def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: i
         else:
             todo.append((student, path, chosen))
     workers = max(1, min(workers or default_workers(), len(todo) or 1))
+    # Each worker's sandboxes share the machine's memory equally (their cgroup's memory.max, where there is one).
+    limits = limits or sandbox.Limits(cpu_seconds=int(2 * timeout) + 60)
+    if limits.sandbox_memory_bytes is None:
+        limits = dataclasses.replace(limits, sandbox_memory_bytes=sandbox.machine_memory() // workers)
     slots: queue.Queue = queue.Queue()
     for slot in range(workers):
         slots.put(slot)

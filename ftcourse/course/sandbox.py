@@ -13,7 +13,15 @@ The sandbox (``bwrap``, https://github.com/containers/bubblewrap, Debian package
   otherwise bwrap runs the command in a user namespace as the grader's own uid;
 - resource limits set with ``prlimit`` inside the sandbox: address space (memory), number
   of processes and threads (``RLIMIT_NPROC``: counted per uid, hence the dedicated uid per
-  run), CPU time, file size, no core dumps.
+  run), CPU time, file size, no core dumps;
+- where the machine allows it, limits on the *whole* sandbox, every process together: each run
+  gets its own cgroup (``cgroups()`` finds one: cgroup v2 with the memory and pids controllers,
+  else the v1 memory and pids hierarchies, else ``systemd-run --scope``) with ``memory.max``
+  (``Limits.sandbox_memory_bytes``: the grader gives each of its workers an equal share of the
+  machine's memory) and ``pids.max``; it is killed and removed when the run ends. Where none is
+  usable, ``cgroups().missing`` says what is missing, ``ftcourse grade`` prints it once, and
+  the per-process limits remain. The private ``/tmp`` (the home is in it) and ``/dev/shm`` are
+  size-capped tmpfs (``bwrap --size``).
 
 The grader reads the command's stdout through a pipe and keeps at most ``output_bytes``:
 past that the whole sandbox is killed and ``SandboxRun.flooded`` says so, so a print flood
@@ -22,6 +30,8 @@ costs the grader a bounded buffer, not its memory. A wall-clock limit kills it t
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import shutil
 import signal
@@ -30,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,8 +66,13 @@ class Limits:
     processes: int = 256  # RLIMIT_NPROC: processes and threads of the sandbox's uid
     cpu_seconds: int = 3600  # RLIMIT_CPU, per process
     file_bytes: int = 512 * MiB  # RLIMIT_FSIZE: the largest file it may write
-    tmp_bytes: int = 1 * GiB  # size of its private /tmp (held in memory)
+    tmp_bytes: int = 1 * GiB  # size of its private /tmp and home (held in memory)
+    shm_bytes: int = 64 * MiB  # size of its private /dev/shm
     output_bytes: int = 8 * MiB  # stdout kept by the grader; more is a flood
+    #: The whole sandbox's memory, all its processes and its tmpfs together (cgroup memory.max);
+    #: None: the machine's memory (``machine_memory()``). The grader gives each worker its share.
+    sandbox_memory_bytes: int | None = None
+    sandbox_tasks: int = 1024  # the whole sandbox's processes and threads (cgroup pids.max)
 
 
 @dataclass
@@ -67,6 +83,8 @@ class SandboxRun:
     seconds: float
     timed_out: bool = False
     flooded: bool = False
+    cgroup: str = ""  # how the whole sandbox was limited ("cgroup v2", "cgroup v1", "systemd-run"), "" if not
+    oom_killed: bool = False  # the whole-sandbox memory limit killed a process
 
 
 def bwrap() -> str | None:
@@ -78,6 +96,16 @@ def require() -> str:
     if not path:
         raise SandboxUnavailable(INSTALL_HINT)
     return path
+
+
+@functools.lru_cache(maxsize=4)
+def supports_size(path: str) -> bool:
+    """Whether this bwrap has ``--size`` (a size cap for the next ``--tmpfs``)."""
+    try:
+        done = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--size" in done.stdout + done.stderr
 
 
 def read_only_paths() -> list[Path]:
@@ -110,8 +138,12 @@ def command(argv: list[str], limits: Limits, env: dict, slot: int = 0) -> list[s
     """The full command line: bwrap, then (as root) setpriv, then prlimit, then ``argv``."""
     # The private /tmp comes first: bwrap mounts in order, so a course or venv under /tmp (a CI
     # clone, say) is bound on top of it afterwards instead of being hidden by it.
-    args = [require(), *_system_binds(), "--proc", "/proc", "--dev", "/dev",
-            "--size", str(limits.tmp_bytes), "--perms", "01777", "--tmpfs", "/tmp"]
+    path = require()
+    # --size (bubblewrap 0.5+) caps a tmpfs; an older bwrap would refuse it, so it is left out there.
+    size = (lambda n: ["--size", str(n)]) if supports_size(path) else (lambda n: [])
+    args = [path, *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+            *size(limits.shm_bytes), "--perms", "01777", "--tmpfs", "/dev/shm",
+            *size(limits.tmp_bytes), "--perms", "01777", "--tmpfs", "/tmp"]
     made = {Path("/usr"), Path("/etc"), Path("/tmp")}
     for path in read_only_paths():
         # bwrap creates missing parents as 0700 (root's home would stay closed to the unprivileged user).
@@ -140,6 +172,285 @@ def command(argv: list[str], limits: Limits, env: dict, slot: int = 0) -> list[s
     return args + list(argv)
 
 
+# ----------------------------------------------------------------------------- whole-sandbox limits (cgroups)
+
+CGROUP_PREFIX = "ftcourse-sandbox"
+_runs = itertools.count()
+
+
+@dataclass(frozen=True)
+class Cgroups:
+    """How each run's whole sandbox is limited here: ``kind`` ("cgroup v2", "cgroup v1",
+    "systemd-run"), the folders its cgroups are made in (``parents``: controller -> folder; v2's
+    controller is ""), or, when ``kind`` is "", what is missing."""
+
+    kind: str
+    parents: tuple = ()
+    missing: str = ""
+
+
+def _mounts() -> list[tuple[str, str, str, set]]:
+    """(mount point, root inside the hierarchy, file system type, super options) of the cgroup mounts."""
+    found = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        parts, after = fields.split(), rest.split()
+        if len(parts) >= 5 and len(after) >= 3 and after[0] in ("cgroup", "cgroup2"):
+            found.append((parts[4], parts[3], after[0], set(after[2].split(","))))
+    return found
+
+
+def _own_cgroups() -> dict:
+    """Controller -> this process's cgroup path ("" for the v2 hierarchy)."""
+    own = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return own
+    for line in lines:
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and controllers == "":
+            own[""] = path
+        for controller in controllers.split(","):
+            if controller:
+                own[controller] = path
+    return own
+
+
+def _folder(mount: str, root: str, path: str) -> Path | None:
+    if root != "/" and not (path == root or path.startswith(root.rstrip("/") + "/")):
+        return None
+    relative = path[len(root):] if root != "/" else path
+    return Path(mount) / relative.lstrip("/")
+
+
+def _try_mkdir(parent: Path) -> str:
+    """"" when a cgroup can be made (and removed) under ``parent``, else why not."""
+    probe = parent / f"{CGROUP_PREFIX}-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+        return ""
+    except OSError as error:
+        return f"{parent} is not writable ({error.strerror})"
+
+
+def _probe_v2():
+    mount = next(((m, r) for m, r, kind, _ in _mounts() if kind == "cgroup2"), None)
+    own = _own_cgroups().get("")
+    if mount is None or own is None:
+        return "no cgroup v2 hierarchy is mounted"
+    folder = _folder(*mount, own)
+    if folder is None or not folder.is_dir():
+        return f"this process's cgroup v2 ({own}) is not visible under {mount[0]}"
+    try:
+        available = set((folder / "cgroup.controllers").read_text().split())
+    except OSError as error:
+        return f"cannot read {folder / 'cgroup.controllers'} ({error.strerror})"
+    lacking = {"memory", "pids"} - available
+    if lacking:
+        return f"cgroup v2 at {folder} lacks the {' and '.join(sorted(lacking))} controller"
+    try:
+        enabled = set((folder / "cgroup.subtree_control").read_text().split())
+        if not {"memory", "pids"} <= enabled:
+            (folder / "cgroup.subtree_control").write_text("+memory +pids")
+    except OSError as error:
+        return f"cannot enable memory and pids for the cgroups under {folder} ({error.strerror})"
+    why = _try_mkdir(folder)
+    return why or Cgroups("cgroup v2", (("", str(folder)),))
+
+
+def _probe_v1():
+    own, parents = _own_cgroups(), []
+    for controller in ("memory", "pids"):
+        mount = next(((m, r) for m, r, kind, options in _mounts() if kind == "cgroup" and controller in options),
+                     None)
+        if mount is None or controller not in own:
+            return f"no cgroup v1 {controller} hierarchy is mounted"
+        folder = _folder(*mount, own[controller])
+        if folder is None or not folder.is_dir():
+            return f"this process's cgroup v1 {controller} ({own[controller]}) is not visible under {mount[0]}"
+        why = _try_mkdir(folder)
+        if why:
+            return f"cgroup v1 {controller}: {why}"
+        parents.append((controller, str(folder)))
+    return Cgroups("cgroup v1", tuple(parents))
+
+
+def _probe_systemd():
+    if not shutil.which("systemd-run"):
+        return "systemd-run is not installed"
+    try:
+        done = subprocess.run(["systemd-run", "--scope", "--quiet", "--collect", "-p", "MemoryMax=1G",
+                               "-p", "TasksMax=64", "--", "true"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"systemd-run --scope failed ({error})"
+    if done.returncode != 0:
+        return f"systemd-run --scope failed ({(done.stderr.strip().splitlines() or ['exit ' + str(done.returncode)])[0]})"
+    return Cgroups("systemd-run")
+
+
+@functools.lru_cache(maxsize=1)
+def cgroups() -> Cgroups:
+    """How whole sandboxes are limited on this machine (probed once): cgroup v2, else v1, else
+    ``systemd-run --scope``; ``Cgroups("", missing=...)`` says what is missing for each.
+    ``FTCOURSE_SANDBOX_CGROUPS=0`` turns them off."""
+    if os.environ.get("FTCOURSE_SANDBOX_CGROUPS") == "0":
+        return Cgroups("", missing="turned off by FTCOURSE_SANDBOX_CGROUPS=0")
+    reasons = []
+    for probe in (_probe_v2, _probe_v1, _probe_systemd):
+        found = probe()
+        if isinstance(found, Cgroups):
+            return found
+        reasons.append(found)
+    return Cgroups("", missing="; ".join(reasons))
+
+
+def cgroup_warning() -> str:
+    """One line for the instructor: what limits each whole sandbox here, or what is missing."""
+    support = cgroups()
+    if support.kind:
+        return ""
+    return (f"warning: no cgroup for the sandboxes ({support.missing}): each process keeps its own limits "
+            "(address space, processes, CPU time, file size), but nothing caps a whole sandbox's memory or "
+            "process count. Fix: grade on a machine with cgroup v2 (memory and pids delegated) or systemd.")
+
+
+def machine_memory() -> int:
+    """The memory this grader may use: the machine's, or this process's cgroup limit when lower."""
+    total = 8 * GiB
+    try:
+        total = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                     if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError):
+        pass
+    own = _own_cgroups()
+    for mount, root, kind, options in _mounts():
+        name, controller = ("memory.max", "") if kind == "cgroup2" else ("memory.limit_in_bytes", "memory")
+        if kind == "cgroup" and "memory" not in options or controller not in own:
+            continue
+        folder = _folder(mount, root, own[controller])
+        try:
+            value = (folder / name).read_text().strip() if folder else "max"
+        except OSError:
+            continue
+        if value.isdigit():
+            total = min(total, int(value))
+    return total
+
+
+class _RunCgroup:
+    """The cgroup(s) of one run: made with its limits, joined by the run's first process (a shell
+    that then execs the sandbox), killed and removed at the end."""
+
+    def __init__(self, support: Cgroups, memory: int, tasks: int):
+        self.kind, self.made, self.procs, self.prefix = support.kind, [], [], []
+        name = f"{CGROUP_PREFIX}-{os.getpid()}-{next(_runs)}"
+        self.memory_folder = None
+        try:
+            if support.kind == "systemd-run":
+                self.prefix = ["systemd-run", "--scope", "--quiet", "--collect", "-p", f"MemoryMax={memory}",
+                               "-p", "MemorySwapMax=0", "-p", f"TasksMax={tasks}", "--"]
+                return
+            for controller, parent in support.parents:
+                folder = Path(parent) / name
+                folder.mkdir()
+                self.made.append(folder)
+                if controller == "":  # v2: one cgroup, both limits
+                    (folder / "memory.max").write_text(str(memory))
+                    (folder / "pids.max").write_text(str(tasks))
+                    _write_optional(folder / "memory.swap.max", "0")
+                    self.memory_folder = folder
+                elif controller == "memory":
+                    (folder / "memory.limit_in_bytes").write_text(str(memory))
+                    _write_optional(folder / "memory.memsw.limit_in_bytes", str(memory))  # no swap either
+                    self.memory_folder = folder
+                else:
+                    (folder / "pids.max").write_text(str(tasks))
+                self.procs.append(str(folder / "cgroup.procs"))
+        except OSError as error:
+            self.close()
+            raise OSError(error.errno, f"cannot set up the sandbox's cgroup under {parent}: {error.strerror}")
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        if self.prefix:
+            return self.prefix + argv
+        # The shell joins the cgroup(s) before it execs the sandbox: everything the sandbox starts is inside.
+        script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
+        return ["sh", "-c", script, "ftcourse-cgroup", str(len(self.procs)), *self.procs, *argv]
+
+    def oom_killed(self) -> bool:
+        if self.memory_folder is None:
+            return False
+        for name in ("memory.events", "memory.oom_control"):
+            try:
+                for line in (self.memory_folder / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and value.strip().isdigit() and int(value) > 0:
+                        return True
+            except OSError:
+                continue
+        return False
+
+    def close(self) -> None:
+        """Kill whatever is left in the cgroup(s) and remove them."""
+        for folder in self.made:
+            if _write_optional(folder / "cgroup.kill", "1"):
+                continue
+            for _ in range(50):
+                try:
+                    pids = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+                except OSError:
+                    break
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.02)
+        for folder in reversed(self.made):
+            for _ in range(100):  # the killed processes take a moment to leave
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        self.made = []
+
+
+def _write_optional(path: Path, value: str) -> bool:
+    try:
+        path.write_text(value)
+        return True
+    except OSError:
+        return False
+
+
+_warned = set()
+
+
+def _run_cgroup(limits: Limits) -> _RunCgroup | None:
+    """This run's cgroup, or None (no cgroup here, or it could not be made: warned about once)."""
+    support = cgroups()
+    if not support.kind:
+        return None
+    try:
+        return _RunCgroup(support, limits.sandbox_memory_bytes or machine_memory(), limits.sandbox_tasks)
+    except OSError as error:
+        if str(error) not in _warned:
+            _warned.add(str(error))
+            warnings.warn(f"{error}; the sandbox runs with its per-process limits only", RuntimeWarning, stacklevel=3)
+        return None
+
+
 def _kill(process: subprocess.Popen) -> None:
     """Kill the sandbox: bwrap's own init dies with it (--die-with-parent), and with it every
     process of the sandbox's PID namespace, forks included."""
@@ -152,7 +463,8 @@ def _kill(process: subprocess.Popen) -> None:
 def run(argv: list[str], stdin: str, timeout: float, limits: Limits = Limits(), env: dict | None = None,
         slot: int = 0, sandbox: bool = True) -> SandboxRun:
     """Run ``argv`` (sandboxed unless ``sandbox=False``), feeding ``stdin``; never raises for what
-    the command does. stdout beyond ``limits.output_bytes`` kills it (``flooded``)."""
+    the command does. stdout beyond ``limits.output_bytes`` kills it (``flooded``). Where
+    ``cgroups()`` finds a way, the whole run is in a cgroup of its own (``SandboxRun.cgroup``)."""
     if sandbox:
         return _run(command(argv, limits, env or {}, slot), stdin, timeout, limits, None, None)
     # Unsandboxed (--no-sandbox): at least a throwaway working directory, not the grader's.
@@ -162,6 +474,19 @@ def run(argv: list[str], stdin: str, timeout: float, limits: Limits = Limits(), 
 
 def _run(full: list[str], stdin: str, timeout: float, limits: Limits, child_env: dict | None,
          cwd: str | None) -> SandboxRun:
+    group = _run_cgroup(limits)
+    if group is None:
+        return _run_in(full, stdin, timeout, limits, child_env, cwd)
+    try:
+        run = _run_in(group.wrap(full), stdin, timeout, limits, child_env, cwd)
+        run.cgroup, run.oom_killed = group.kind, group.oom_killed()
+        return run
+    finally:
+        group.close()  # whatever is left in it is killed, and the cgroup removed
+
+
+def _run_in(full: list[str], stdin: str, timeout: float, limits: Limits, child_env: dict | None,
+            cwd: str | None) -> SandboxRun:
     start = time.monotonic()
     process = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True, env=child_env, cwd=cwd)
