@@ -27,6 +27,51 @@ from tqdm.auto import tqdm
 from .heads import IGNORE_INDEX
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+#: CPU flags (Linux /proc/cpuinfo) of units that compute bf16 natively: AVX-512 BF16, AMX.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU computes bf16 matmuls natively (AVX-512 BF16 or AMX). Without such
+    units bf16 autocast is emulated and slower than fp32, so "auto" never picks it there."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:  # not Linux: no way to tell here, so no
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+def autocast_precision(precision: str, device) -> str:
+    """What ``precision`` means on ``device``: "auto" becomes bf16 or fp16 where the hardware
+    has them (a GPU: bf16 if supported, else fp16; a CPU: bf16 with native units), else fp32.
+    fp16 is refused on a CPU, which has no fast fp16 path."""
+    device = torch.device(device)
+    if precision == "auto":
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"
+    if precision == "fp16" and device.type == "cpu":
+        raise ValueError("fp16 autocast has no fast path on a CPU. Fix: precision='bf16' (or 'auto').")
+    return precision
+
+
+@contextmanager
+def autocast(precision: str, device):
+    """``torch.autocast`` at ``precision`` ("fp32": nothing changes), for inference."""
+    precision = autocast_precision(precision, device)
+    if precision == "fp32":
+        yield
+        return
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    with torch.autocast(torch.device(device).type, dtype=dtype):
+        yield
 
 
 @dataclass
@@ -44,6 +89,10 @@ class TrainConfig:
     seed: int = 0
     eval_batch_size: int = 128
     progress: bool = True
+    # "fp32", "bf16" or "fp16" (autocast: weights and optimiser stay fp32), or "auto": bf16
+    # where the hardware computes it natively (a GPU with bf16, else fp16; a CPU with
+    # AVX-512 BF16 or AMX), fp32 elsewhere. See ``autocast_precision``.
+    precision: str = "fp32"
 
     def __post_init__(self):
         if self.lr <= 0 or (self.head_lr is not None and self.head_lr <= 0):
@@ -54,6 +103,8 @@ class TrainConfig:
             raise ValueError(f"layer_decay must be in (0, 1], got {self.layer_decay}.")
         if self.epochs < 1 or self.batch_size < 1:
             raise ValueError(f"epochs and batch_size must be at least 1, got {self.epochs}, {self.batch_size}.")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"Unknown precision {self.precision!r}. Known: {', '.join(PRECISIONS)}.")
 
 
 @dataclass
@@ -242,7 +293,10 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
 
     config = config or TrainConfig()
     torch.manual_seed(config.seed)  # dropout and data order follow the run's seed
-    accelerator = accelerator or Accelerator()
+    # Mixed precision through accelerate: autocast around the forward pass, fp32 weights and
+    # optimiser state, and a loss scaler for fp16.
+    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[autocast_precision(config.precision, _default_device())]
+    accelerator = accelerator or Accelerator(mixed_precision=mixed)
     # The loader is sharded here, not by accelerator.prepare: accelerate's sharding assumes
     # equal-sized batches and repeats examples to even out the last round.
     loader = make_loader(train_data, config.batch_size, shuffle=True, seed=config.seed, pad_token_id=pad_token_id,
@@ -281,11 +335,16 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
         history.examples_seen += _sum_over_processes(seen, accelerator)
         history.epoch_seconds.append(time.perf_counter() - start)
         if eval_data is not None and metric is not None:
-            logits, labels = predict(accelerator.unwrap_model(model), eval_data, config.eval_batch_size, pad_token_id)
+            logits, labels = predict(accelerator.unwrap_model(model), eval_data, config.eval_batch_size, pad_token_id,
+                                     precision=config.precision)
             history.metrics.append(metric(logits, labels))
             bar.set_postfix(loss=f"{history.losses[-1]:.3f}", **{k: f"{v:.3f}" for k, v in history.metrics[-1].items()})
     bar.close()
     return history
+
+
+def _default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _adamw(groups, lr: float, device) -> torch.optim.Optimizer:
@@ -319,14 +378,17 @@ def in_dataset_order(fn, data, batch_size: int = 128, pad_token_id: int = 0) -> 
 
 
 @torch.inference_mode()
-def predict(model, data, batch_size: int = 128, pad_token_id: int = 0):
-    """Logits and labels for every example, in the dataset's order (batched by length)."""
+def predict(model, data, batch_size: int = 128, pad_token_id: int = 0, precision: str = "fp32"):
+    """Logits and labels for every example, in the dataset's order (batched by length),
+    under autocast at ``precision`` (see ``TrainConfig.precision``)."""
     model.eval()
     device = next(model.parameters()).device
 
     def logits_and_labels(batch):
         batch = {k: v.to(device) for k, v in batch.items()}
-        logits = model(**{k: v for k, v in batch.items() if k != "labels"})["logits"].float().cpu()
+        with autocast(precision, device):
+            logits = model(**{k: v for k, v in batch.items() if k != "labels"})["logits"]
+        logits = logits.float().cpu()
         labels = batch["labels"].cpu() if "labels" in batch else [None] * len(logits)
         return zip(logits, labels)
 

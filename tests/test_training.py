@@ -1,3 +1,5 @@
+import math
+
 import datasets
 import pytest
 import torch
@@ -113,3 +115,33 @@ def test_peak_memory_of_a_run_after_a_bigger_one():
     expected = 10 * 2_000_000 * 4
     assert big["bytes"] >= 1.5 * expected
     assert 0.8 * expected <= small["bytes"] <= 1.5 * expected
+
+
+def test_native_bf16_is_read_from_the_cpu_flags_never_assumed():
+    assert training.cpu_has_native_bf16("processor: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
+    assert training.cpu_has_native_bf16("flags : fpu amx_bf16 amx_tile\n")
+    assert not training.cpu_has_native_bf16("flags : fpu sse2 avx avx2 fma\n")  # bf16 would be emulated
+    assert not training.cpu_has_native_bf16("")
+
+
+def test_auto_precision_follows_the_hardware_and_fp16_is_refused_on_a_cpu(monkeypatch):
+    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda cpuinfo=None: False)
+    assert training.autocast_precision("auto", "cpu") == "fp32"
+    monkeypatch.setattr(training, "cpu_has_native_bf16", lambda cpuinfo=None: True)
+    assert training.autocast_precision("auto", "cpu") == "bf16"
+    assert training.autocast_precision("fp32", "cpu") == "fp32"
+    with pytest.raises(ValueError, match="fp16 autocast has no fast path on a CPU"):
+        training.autocast_precision("fp16", "cpu")
+    with pytest.raises(ValueError, match="Unknown precision 'half'"):
+        training.TrainConfig(precision="half")
+
+
+def test_bf16_training_runs_under_autocast_with_fp32_weights(tiny_bert, tokenizer):
+    data = _toy_task(tokenizer)
+    model = heads.TaskModel(tiny_bert, heads.SentenceClassifier(32, 2))
+    config = training.TrainConfig(lr=3e-3, epochs=2, batch_size=16, progress=False, precision="bf16")
+    history = training.train(model, data, config, eval_data=data, metric=training.accuracy)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # autocast, not a cast of the weights
+    assert len(history.losses) == 8 and all(math.isfinite(loss) for loss in history.losses)
+    logits, _ = training.predict(model, data, precision="bf16")
+    assert logits[0].dtype == torch.float32  # predictions come back as fp32 whatever the autocast
