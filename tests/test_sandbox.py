@@ -249,3 +249,20 @@ def test_tmp_home_and_dev_shm_are_size_capped_tmpfs():
     assert result.returncode == 0, result.stderr
     written = {line.split()[0]: int(line.split()[1]) for line in result.stdout.splitlines()}
     assert written["/tmp/home/big"] <= 32 and written["/tmp/big"] <= 32 and written["/dev/shm/big"] <= 8, written
+
+
+def test_cgroups_left_by_a_killed_grader_are_removed():
+    support = require_cgroups()
+    if not support.parents:
+        pytest.skip("systemd-run scopes are collected by systemd")
+    stale = os.path.join(support.parents[0][1], f"{sandbox.CGROUP_PREFIX}-{2**22 + 1}-0")  # no such pid
+    os.mkdir(stale)
+    mine = os.path.join(support.parents[0][1], f"{sandbox.CGROUP_PREFIX}-{os.getpid()}-999999")
+    os.mkdir(mine)
+    try:
+        sandbox._remove_stale(support)
+        assert not os.path.exists(stale) and os.path.exists(mine)  # a live grader's cgroups are left alone
+    finally:
+        for path in (stale, mine):
+            if os.path.exists(path):
+                os.rmdir(path)

@@ -305,9 +305,34 @@ def cgroups() -> Cgroups:
     for probe in (_probe_v2, _probe_v1, _probe_systemd):
         found = probe()
         if isinstance(found, Cgroups):
+            _remove_stale(found)
             return found
         reasons.append(found)
     return Cgroups("", missing="; ".join(reasons))
+
+
+def _remove_stale(support: Cgroups) -> None:
+    """Remove the (empty) cgroups an earlier grader left behind when it was killed before cleaning up."""
+    for _, parent in support.parents:
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            pid = name[len(CGROUP_PREFIX) + 1:].split("-")[0]
+            if not name.startswith(CGROUP_PREFIX + "-") or not pid.isdigit():
+                continue
+            try:
+                os.kill(int(pid), 0)
+                continue  # its grader is still running
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            try:
+                os.rmdir(Path(parent) / name)
+            except OSError:
+                pass
 
 
 def cgroup_warning() -> str:
