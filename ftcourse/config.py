@@ -56,7 +56,7 @@ class Profile:
     lstm_hidden: int = 256  # BiLSTM hidden size for the feature-based NER head
     readout_epochs: int = 4  # epochs of a head trained on cached features (lesson 2)
     readout_lr: float = 1e-3  # Adam's lr for the BiLSTM head on cached features (lesson 2)
-    probe_lr: float = 1e-3  # Adam's lr for the linear probe: one linear layer tolerates bigger steps
+    probe_lr: float = 1e-3  # Adam's lr for a linear probe (lessons 2 and 3): one linear layer tolerates bigger steps
     finetune_lr: float = 2e-5  # the BERT paper's; small encoders on little data want more
     finetune_epochs: int = 3  # lesson 2's fine-tuning row; the BERT paper fine-tunes for 2-4 epochs
     head_lr: float = 1e-3  # a randomly initialised head over frozen features needs bigger steps
@@ -69,6 +69,7 @@ class Profile:
     # What each regime costs (lesson 3): LoRA, and a learning curve on SST-2.
     lora_rank: int = 8
     lora_lr: float = 5e-4  # Hu et al. (2021) use 4e-4 .. 5e-4 for RoBERTa-base on GLUE
+    regime_batch_size: int = 16  # lesson 3's runs: the BERT paper's smaller batch, so small labelled sets get enough steps
     learning_curve_sizes: tuple = (32, 128, 512, 2048)  # SST-2 labelled examples per run
     learning_curve_seeds: tuple = (0, 1, 2)
     learning_curve_min_examples: int = 2048  # a small set repeats until a run has seen this many

@@ -32,9 +32,7 @@ from . import config, heads, lora, models, training
 from .report import Table
 
 REGIMES = ("frozen", "lora", "finetune")
-BATCH_SIZE = 16  # the BERT paper's smaller batch: small labelled sets still get enough steps
 PROBE_STEPS = 300  # full-batch steps of the linear probe: it converges, and costs milliseconds
-PROBE_LR = 1e-2
 PROBE_WEIGHT_DECAY = 1e-2
 FEATURES_FORMAT = 1  # bump when the cached file layout changes
 
@@ -113,18 +111,19 @@ def cached_features(encoder: nn.Module, data: datasets.Dataset, name: str,
 
 
 def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_labels: int = 2, seed: int = 0,
-                       steps: int = PROBE_STEPS, lr: float = PROBE_LR,
+                       steps: int = PROBE_STEPS, lr: float | None = None,
                        weight_decay: float = PROBE_WEIGHT_DECAY) -> tuple[nn.Linear, float]:
     """A linear head on frozen features, trained full-batch with AdamW on standardised
     features (raw [CLS] dimensions differ in scale by orders of magnitude). The
     standardisation is then folded into the weights, so what is returned, and stored, is a
     plain ``nn.Linear`` over the raw features. Returns it and the seconds per epoch (one
-    full-batch step is one epoch)."""
+    full-batch step is one epoch). ``lr`` defaults to the profile's ``probe_lr``."""
     if len(features) != len(labels):
         raise ValueError(f"{len(features)} feature rows but {len(labels)} labels: they must be the same examples. "
                          "Fix: extract features from the same (tokenised) split the labels come from.")
     if len(features) == 0:
         raise ValueError("No training examples: the split is empty. Fix: check the dataset size in the profile.")
+    lr = config.get_profile().probe_lr if lr is None else lr
     torch.manual_seed(seed)
     mean, std = features.mean(0), features.std(0).clamp_min(1e-6)
     x = (features - mean) / std
@@ -186,7 +185,7 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
             raise ValueError("The frozen regime trains on cached features: pass train_features and dev_features "
                              "(see cached_features).")
         with training.peak_memory() as peak:
-            probe, seconds = train_linear_probe(train_features, labels, seed=seed)
+            probe, seconds = train_linear_probe(train_features, labels, seed=seed, lr=profile.probe_lr)
         with torch.no_grad():
             predictions = probe(dev_features).argmax(-1)
         accuracy = (predictions == torch.as_tensor(dev["labels"])).float().mean().item()
@@ -204,7 +203,8 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
     else:
         model = heads.set_regime(heads.TaskModel(backbone, head), "finetune")
         lr = profile.finetune_lr
-    settings = training.TrainConfig(lr=lr, head_lr=profile.head_lr, epochs=epochs, batch_size=BATCH_SIZE,
+    settings = training.TrainConfig(lr=lr, head_lr=profile.head_lr, epochs=epochs,
+                                    batch_size=profile.regime_batch_size,
                                     seed=seed, progress=False)
     with training.peak_memory() as peak:
         history = training.train(model, train, settings)
@@ -322,9 +322,11 @@ def regime_table(results) -> Table:
                  rows, formats={"accuracy": "{:.3f}", "s/epoch": "{:.3f}"})
 
 
-def budget_table(sizes, min_examples: int, epochs: int, batch_size: int = BATCH_SIZE) -> Table:
+def budget_table(sizes, min_examples: int, epochs: int, batch_size: int | None = None) -> Table:
     """For each labelled-set size: the epochs a run trains (at least ``epochs``, and enough to
-    see ``min_examples``) and the optimiser steps that makes."""
+    see ``min_examples``) and the optimiser steps that makes in batches of ``batch_size``
+    (default: the profile's ``regime_batch_size``)."""
+    batch_size = batch_size or config.get_profile().regime_batch_size
     rows = []
     for size in sorted(sizes):
         n = epochs_for(size, min_examples, epochs)
@@ -354,7 +356,8 @@ def train_lora_tagger(encoder: nn.Module, train: datasets.Dataset, profile=None,
     torch.manual_seed(seed)
     model = lora.lora_task_model(copy.deepcopy(encoder), heads.TokenTagger(encoder.config.hidden_size, num_labels),
                                  rank=profile.lora_rank)
-    settings = training.TrainConfig(lr=profile.lora_lr, head_lr=profile.adapter_head_lr, batch_size=BATCH_SIZE, seed=seed,
+    settings = training.TrainConfig(lr=profile.lora_lr, head_lr=profile.adapter_head_lr,
+                                    batch_size=profile.regime_batch_size, seed=seed,
                                     epochs=epochs or epochs_for(len(train), profile.learning_curve_min_examples,
                                                                 profile.epochs), progress=False)
     training.train(model, train, settings)
