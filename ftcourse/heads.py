@@ -173,13 +173,3 @@ def char_span_to_tokens(encoding, index: int, char_start: int, char_end: int, se
     if start is None or end is None:
         raise ValueError("The answer span was truncated away: raise max_length.")
     return start, end
-
-
-def best_span(start_logits: torch.Tensor, end_logits: torch.Tensor, max_answer_tokens: int = 30):
-    """The (start, end) with the highest start + end score, end >= start, per example."""
-    scores = start_logits.unsqueeze(-1) + end_logits.unsqueeze(-2)  # (batch, seq, seq)
-    seq = scores.shape[-1]
-    allowed = torch.ones(seq, seq, dtype=torch.bool, device=scores.device).triu().tril(max_answer_tokens - 1)
-    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    flat = scores.flatten(1).argmax(-1)
-    return torch.stack([flat // seq, flat % seq], dim=-1)

@@ -24,19 +24,3 @@ def loss_curves(histories: dict, window: int = 10, title: str = "training loss")
     ax.legend()
     fig.tight_layout()
     return fig
-
-
-def compare_bars(measured: dict, published: dict | None = None, ylabel: str = "", title: str = ""):
-    """Measured beside published, one pair of bars per row name."""
-    names = list(measured)
-    x = np.arange(len(names))
-    width = 0.4 if published else 0.8
-    fig, ax = plt.subplots(figsize=(max(6, len(names) * 0.9), 3.5))
-    ax.bar(x - (width / 2 if published else 0), [measured[n] for n in names], width, label="measured")
-    if published:
-        ax.bar(x + width / 2, [published.get(n, np.nan) for n in names], width, label="published")
-    ax.set_xticks(x, names, rotation=30, ha="right")
-    ax.set(ylabel=ylabel, title=title)
-    ax.legend()
-    fig.tight_layout()
-    return fig

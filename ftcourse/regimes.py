@@ -82,11 +82,6 @@ def sentence_features(encoder: nn.Module, data: datasets.Dataset, pooling: str =
     return torch.stack(training.in_dataset_order(pooled, data, batch_size))
 
 
-def cls_features(encoder: nn.Module, data: datasets.Dataset, batch_size: int = 128) -> torch.Tensor:
-    """The final [CLS] state of every example, in the dataset's order: (n, hidden)."""
-    return sentence_features(encoder, data, "cls", batch_size)
-
-
 def cached_features(encoder: nn.Module, data: datasets.Dataset, name: str,
                     pooling: str = "cls") -> tuple[torch.Tensor, float]:
     """``sentence_features``, kept under ``cache_dir()/features`` in a file named by the

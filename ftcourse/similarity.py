@@ -334,20 +334,6 @@ def sentence_model(source: str, pooling: str = "mean", max_length: int = 128, de
     return SentenceTransformer(modules=[transformer, pooling_module], device=device)
 
 
-def with_pooling(model, pooling: str):
-    """The same ``SentenceTransformer`` encoder (shared weights) with another pooling, e.g.
-    a trained Sentence-BERT model read through its [CLS] vector instead of its mean."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Pooling
-
-    check_pooling(pooling)
-    transformer = model[0]
-    return SentenceTransformer(
-        modules=[transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)],
-        device=str(model.device),
-    )
-
-
 def evaluate_sentence_model(model, sentences1, sentences2, scores, score_range=STSB_SCORE_RANGE,
                             batch_size: int = 64, name: str = "stsb-test") -> float:
     """Spearman x100 of a ``SentenceTransformer``'s cosine similarities, by

@@ -58,9 +58,3 @@ def test_mismatched_labels_are_an_error(tokenizer):
         heads.tokenize_for_tagging(tokenizer, [["a", "b", "c"]], [[0, 0]])
     with pytest.raises(ValueError, match="1 sentences but 2 label lists"):
         heads.tokenize_for_tagging(tokenizer, [["a"]], [[0], [0]])
-
-
-def test_best_span_respects_order():
-    start = torch.tensor([[0.0, 5.0, 0.0, 0.0]])
-    end = torch.tensor([[3.0, 0.0, 0.0, 4.0]])  # end before start is not allowed
-    assert heads.best_span(start, end).tolist() == [[1, 3]]

@@ -46,7 +46,7 @@ def test_each_regime_runs_and_reports_its_costs():
     rows = {"input_ids": [[2, 5 + i % 7, 9, 3] for i in range(16)], "attention_mask": [[1] * 4] * 16,
             "labels": [i % 2 for i in range(16)]}
     data = datasets.Dataset.from_dict(rows)
-    train_features, _ = regimes.cls_features(encoder, data), None
+    train_features, _ = regimes.sentence_features(encoder, data, "cls"), None
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
     results = {}
     for regime in regimes.REGIMES:
