@@ -89,6 +89,22 @@ def test_the_exercise_shows_its_solutions_headline_and_the_solution_is_for_instr
     assert '"Solution of the exercise (instructors)"' in toc and "file: instructors" in toc
 
 
+def test_the_students_landing_page_has_no_solution_nor_its_figures(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "solutions").mkdir()
+    solved = report.headline("05", "Exercise: three regimes", "offline", [("LoRA accuracy", 0.531)])
+    nbformat.write(_notebook("Exercise"), tmp_path / "notebooks" / "05_exercise_bert_base.ipynb")
+    nbformat.write(_notebook("Exercise", solved), tmp_path / "solutions" / "05_exercise_bert_base.ipynb")
+    found = site.entries(tmp_path, audience="students")
+    assert [e.page.path for e in found] == ["notebooks/05_exercise_bert_base"]
+    text = site.landing_page(found, "", audience="students")
+    assert "solutions/" not in text and "0.531" not in text and "For instructors" not in text
+    toc = site.table_of_contents(found, audience="students")
+    assert "solutions/" not in toc and "instructors" not in toc
+    with pytest.raises(site.SiteError, match="Unknown audience 'teachers'"):
+        site.entries(tmp_path, audience="teachers")
+
+
 def test_every_course_notebook_has_a_page_with_a_summary():
     paths = {f"{p.parent.name}/{p.stem}" for p in course_notebooks()}
     missing = paths - {page.path for page in site.PAGES}
@@ -124,7 +140,10 @@ def test_the_course_build_executes_then_builds_the_site_and_shows_a_failed_noteb
     assert "failed to execute in this build: FAILED: RuntimeError: CellExecutionError: boom" in landing
     assert (tmp_path / "site" / "notebooks" / "03_costs_and_lora.html").is_file()
     assert "site/index.html" in (tmp_path / "index.html").read_text(encoding="utf-8")
-    assert "site built in" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "students' site built in" in printed and "instructors' site built in" in printed
+    assert (tmp_path / "site-instructors" / "solutions" / "05_exercise_bert_base.html").is_file()
+    assert not (tmp_path / "site" / "solutions").exists()
 
 
 # ----------------------------------------------------------------------------- the built site
@@ -132,9 +151,10 @@ def test_the_course_build_executes_then_builds_the_site_and_shows_a_failed_noteb
 
 @pytest.fixture(scope="module")
 def built_site(tmp_path_factory):
-    """The site built from the committed notebooks (executed when committed; never run again)."""
+    """The instructors' site (every page) built from the committed notebooks (executed when
+    committed; never run again)."""
     start = time.perf_counter()
-    index = site.build_site(REPO_ROOT, tmp_path_factory.mktemp("course-site"))
+    index = site.build_site(REPO_ROOT, tmp_path_factory.mktemp("course-site"), audience="instructors")
     print(f"site built in {time.perf_counter() - start:.0f} s")
     return index.parent
 
@@ -359,7 +379,7 @@ def test_the_landing_page_shows_recorded_headlines_in_the_browser(tmp_path):
     cell.outputs = [nbformat.v4.new_output("execute_result", data=headline._repr_mimebundle_(), execution_count=1)]
     nb.cells.append(cell)
     nbformat.write(nb, lesson)
-    index = site.build_site(tmp_path / "course", tmp_path / "out")
+    index = site.build_site(tmp_path / "course", tmp_path / "out", audience="instructors")
     with _browser(index.parent) as (context, origin, left):
         page = context.new_page()
         page.goto(f"{origin}/index.html", wait_until="networkidle")
@@ -428,3 +448,26 @@ def test_a_lesson_page_opens_its_notebook_in_colab(built_site):
             f"https://colab.research.google.com/github/{github}/blob/main/notebooks/03_costs_and_lora.ipynb")
         page.screenshot(path=SCREENSHOTS / "launch-button-colab.png")
     assert not left  # a link, not a fetch: the page still loads nothing from other machines
+
+
+def test_no_solution_page_is_reachable_from_the_students_site(tmp_path):
+    """The students' site, built from the committed notebooks: every page loads, and no page,
+    link or file of it leads to the solution or the instructors' notes."""
+    index = site.build_site(REPO_ROOT, tmp_path, audience="students")
+    built = index.parent
+    pages = sorted(p.relative_to(built).as_posix() for p in built.rglob("*.html")
+                   if not p.relative_to(built).parts[0].startswith("_"))
+    assert "notebooks/05_exercise_bert_base.html" in pages and "index.html" in pages
+    assert not any(p.startswith("solutions/") or p == f"{site.INSTRUCTORS_PAGE}.html" for p in pages)
+    assert not list(built.rglob("*solutions*")) and not list(built.rglob(f"{site.INSTRUCTORS_PAGE}*"))
+    for page in built.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert "solutions/" not in text and f"{site.INSTRUCTORS_PAGE}.html" not in text, page
+    with _browser(built) as (context, origin, left):
+        problems = _check_pages(context, origin, pages)
+        page = context.new_page()
+        page.goto(f"{origin}/index.html", wait_until="networkidle")
+        hrefs = page.eval_on_selector_all("a[href]", "as => as.map(a => a.getAttribute('href'))")
+        page.screenshot(path=tmp_path / "students-landing.png", full_page=True)
+    assert not any("solution" in h or "instructors" in h for h in hrefs), hrefs
+    assert not left and not problems, "\n".join(problems)

@@ -25,7 +25,7 @@ import nbformat
 
 from ..config import REPO_ROOT
 from .catalog import NOTEBOOK_FOLDERS, course_notebooks
-from .site import SiteError, build_site
+from .site import AUDIENCES, SiteError, build_sites
 
 KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info")
 KEPT_CELL_METADATA = ("tags",)
@@ -335,7 +335,8 @@ def _execute_into(path: Path, out: Path, timeout: int, threads: int | None,
 
 def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = None) -> int:
     """Execute every course notebook into ``out`` (``out/notebooks``, ``out/solutions``), then
-    build the course site from those executed copies into ``out/site`` (``ftcourse.course.site``).
+    build the course's two sites from those executed copies (``ftcourse.course.site``): the
+    students' into ``out/site``, the instructors' (with the solution) into ``out/site-instructors``.
 
     ``jobs`` notebooks run at once (default: ``default_jobs``), heaviest first, each kernel
     on its share of the cores. Returns the number of notebooks that failed (a failed site
@@ -367,7 +368,7 @@ def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = 
     if site:
 
         try:
-            index = build_site(out, out, status=status, quiet=False)
+            index = build_sites(out, out, status=status, quiet=False)["students"]
         except SiteError as error:
             print(f"error: the course site: {error}", file=sys.stderr)
             return failures + 1
@@ -414,9 +415,10 @@ def main(argv=None) -> int:
     elif args.command == "build":
         failures = build(args.out.resolve(), timeout=args.timeout, site=not args.no_site, jobs=args.jobs)
         print(f"\nThe executed notebooks are in {args.out}/notebooks and {args.out}/solutions.")
-        if not args.no_site and (args.out / "site" / "index.html").is_file():
-            print(f"The course site: open {args.out / 'site' / 'index.html'} "
-                  f"(or serve it: python -m http.server -d {args.out / 'site'})")
+        for audience, folder in AUDIENCES.items():
+            if not args.no_site and (args.out / folder / "index.html").is_file():
+                print(f"The {audience}' site: open {args.out / folder / 'index.html'} "
+                      f"(or serve it: python -m http.server -d {args.out / folder})")
         return 1 if failures else 0
     return 0
 

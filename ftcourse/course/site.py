@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
@@ -86,6 +86,10 @@ PAGES = (
          nav_title="Solution of the exercise (instructors)", instructors=True, banner=SOLUTION_BANNER),
 )
 INSTRUCTORS_PAGE = "instructors"  # book/instructors.md
+#: Who a site is for. The students' site has the lessons and the student exercise, and no
+#: solution: no page, no link, no figure of it. The instructors' site adds the solution, the
+#: grading page and its rubric.
+AUDIENCES = {"students": "site", "instructors": "site-instructors"}  # audience -> folder under out/
 
 
 @dataclass
@@ -98,14 +102,23 @@ class Entry:
     status: str = ""  # how its execution went, when the build knows
 
 
-def pages_for(executed: Path) -> list[Page]:
+def _check_audience(audience: str) -> None:
+    if audience not in AUDIENCES:
+        raise SiteError(f"Unknown audience {audience!r}. Known: {', '.join(AUDIENCES)}.")
+
+
+def pages_for(executed: Path, audience: str = "instructors") -> list[Page]:
     """``PAGES`` whose notebooks are in ``executed``, then any course notebook PAGES lacks
-    (shown under "More", so the site never silently drops one; tests/test_site.py fails on it)."""
+    (shown under "More", so the site never silently drops one; tests/test_site.py fails on it).
+    For students, no instructors' page and nothing from ``solutions/``."""
+    _check_audience(audience)
     executed = Path(executed)
-    listed = [p for p in PAGES if (executed / f"{p.path}.ipynb").is_file()]
+    for_students = audience == "students"
+    listed = [p for p in PAGES if (executed / f"{p.path}.ipynb").is_file() and not (for_students and p.instructors)]
     known = {p.path for p in PAGES}
     extra = [Page(path, "(no summary: add this notebook to ftcourse.course.site.PAGES)", part="More")
-             for path in (f"{nb.parent.name}/{nb.stem}" for nb in course_notebooks(executed)) if path not in known]
+             for path in (f"{nb.parent.name}/{nb.stem}" for nb in course_notebooks(executed))
+             if path not in known and not (for_students and path.startswith("solutions/"))]
     if not listed and not extra:
         raise SiteError(f"No course notebooks under {executed} (looked in notebooks/ and solutions/). "
                         "Fix: run `python -m ftcourse.course.notebooks build --out build` first, or pass the "
@@ -123,12 +136,15 @@ def notebook_title(nb) -> str:
     return ""
 
 
-def entries(executed: Path, status: dict[str, str] | None = None) -> list[Entry]:
-    """Every page with its title and the headlines its notebook (or ``headlines_from``) recorded."""
+def entries(executed: Path, status: dict[str, str] | None = None, audience: str = "instructors") -> list[Entry]:
+    """Every page with its title and the headlines its notebook (or ``headlines_from``) recorded.
+    Students see no headline taken from a solution."""
     executed = Path(executed)
     found = []
-    for page in pages_for(executed):
+    for page in pages_for(executed, audience):
         nb = nbformat.read(executed / f"{page.path}.ipynb", as_version=4)
+        if audience == "students" and page.headlines_from:
+            page = replace(page, headlines_from=None)
         source = executed / f"{page.headlines_from or page.path}.ipynb"
         headlines = headlines_in(source) if source.is_file() else []
         found.append(Entry(page, notebook_title(nb) or page.path, headlines, (status or {}).get(page.path, "")))
@@ -165,7 +181,7 @@ def headline_markdown(headline: dict) -> str:
     return "\n".join(lines)
 
 
-def landing_page(found: list[Entry], intro: str) -> str:
+def landing_page(found: list[Entry], intro: str, audience: str = "instructors") -> str:
     """The landing page (MyST Markdown): the course in a paragraph, the lessons in order, each
     with its summary and headline figures, then what is for instructors."""
     lines = ["# ftcourse: adapting pretrained encoders", "", intro.strip(), "",
@@ -187,6 +203,8 @@ def landing_page(found: list[Entry], intro: str) -> str:
             lines += [f"*Headline: {NO_HEADLINE}.*", ""]
         for headline in entry.headlines:
             lines += [headline_markdown(headline), ""]
+    if audience == "students":
+        return "\n".join(lines) + "\n"
     lines += ["## For instructors", ""]
     for entry in found:
         if entry.page.instructors:
@@ -197,7 +215,7 @@ def landing_page(found: list[Entry], intro: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def table_of_contents(found: list[Entry]) -> str:
+def table_of_contents(found: list[Entry], audience: str = "instructors") -> str:
     """Jupyter Book's _toc.yml: the landing page, then one part per ``Page.part``, in order."""
     parts: dict[str, list[str]] = {}
     for entry in found:
@@ -205,7 +223,8 @@ def table_of_contents(found: list[Entry]) -> str:
         if entry.page.nav_title:
             item += f"\n    title: {json.dumps(entry.page.nav_title)}"
         parts.setdefault(entry.page.part, []).append(item)
-    parts.setdefault("For instructors", []).append(f"  - file: {INSTRUCTORS_PAGE}")
+    if audience == "instructors":
+        parts.setdefault("For instructors", []).append(f"  - file: {INSTRUCTORS_PAGE}")
     lines = ["format: jb-book", "root: index", "parts:"]
     for caption, items in parts.items():
         lines += [f"- caption: {json.dumps(caption)}", "  chapters:"] + items
@@ -251,24 +270,34 @@ def _copy_notebook(source: Path, target: Path, banner: str) -> None:
     nbformat.write(nb, target)
 
 
-def build_site(executed: Path, out: Path, status: dict[str, str] | None = None, quiet: bool = True) -> Path:
-    """Build the course site from the executed notebooks under ``executed`` into ``out/site``;
-    returns the site's index.html. ``status`` maps a page's path to how its execution went
-    (a "FAILED: ..." status is shown on the landing page)."""
+def build_sites(executed: Path, out: Path, status: dict[str, str] | None = None, quiet: bool = True) -> dict[str, Path]:
+    """Both sites: the students' (``out/site``) and the instructors' (``out/site-instructors``);
+    audience -> index.html."""
+    return {audience: build_site(executed, out, status, quiet, audience) for audience in AUDIENCES}
+
+
+def build_site(executed: Path, out: Path, status: dict[str, str] | None = None, quiet: bool = True,
+               audience: str = "students") -> Path:
+    """Build the course site for ``audience`` from the executed notebooks under ``executed``
+    into ``out/site`` (students) or ``out/site-instructors``; returns the site's index.html.
+    ``status`` maps a page's path to how its execution went (a "FAILED: ..." status is shown
+    on the landing page)."""
+    _check_audience(audience)
     executed, out = Path(executed).resolve(), Path(out).resolve()
-    found = entries(executed, status)
-    source = out / "site-src"  # the book's sources: regenerated whole each time
-    site = out / "site"
+    found = entries(executed, status, audience)
+    source = out / f"{AUDIENCES[audience]}-src"  # the book's sources: regenerated whole each time
+    site = out / AUDIENCES[audience]
     shutil.rmtree(source, ignore_errors=True)
-    shutil.copytree(BOOK_SOURCES, source, ignore=shutil.ignore_patterns("_build", "__pycache__", "*.pyc"))
+    ignored = ["_build", "__pycache__", "*.pyc"] + ([f"{INSTRUCTORS_PAGE}.md"] if audience == "students" else [])
+    shutil.copytree(BOOK_SOURCES, source, ignore=shutil.ignore_patterns(*ignored))
     for entry in found:
         _copy_notebook(executed / f"{entry.page.path}.ipynb", source / f"{entry.page.path}.ipynb", entry.page.banner)
     intro = (source / "intro.md").read_text(encoding="utf-8")
     (source / "intro.md").unlink()  # its text is the landing page's first paragraph, not a page
-    (source / "index.md").write_text(landing_page(found, intro), encoding="utf-8")
-    (source / "_toc.yml").write_text(table_of_contents(found), encoding="utf-8")
+    (source / "index.md").write_text(landing_page(found, intro, audience), encoding="utf-8")
+    (source / "_toc.yml").write_text(table_of_contents(found, audience), encoding="utf-8")
 
-    log = out / "site-build.log"
+    log = out / f"{AUDIENCES[audience]}-build.log"
     command = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
                "build", str(source), "--path-output", str(source), "--builder", "html"]
     # Offline by construction: nothing is executed, and no extension is told to fetch anything.
@@ -290,7 +319,7 @@ def build_site(executed: Path, out: Path, status: dict[str, str] | None = None, 
                         "or switch off what adds them in book/_config.yml.")
     warnings = [line for line in (done.stdout + done.stderr).splitlines() if "WARNING" in line]
     if not quiet:
-        print(f"site built in {time.perf_counter() - start:.0f} s with {len(warnings)} warning(s) (log: {log})")
+        print(f"{audience}' site built in {time.perf_counter() - start:.0f} s with {len(warnings)} warning(s) (log: {log})")
     return site / "index.html"
 
 
@@ -301,11 +330,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "build", help="the site goes to OUT/site")
     args = parser.parse_args(argv)
     try:
-        index = build_site(args.executed, args.out, quiet=False)
+        indexes = build_sites(args.executed, args.out, quiet=False)
     except SiteError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"The course site: {index} (to serve it: python -m http.server -d {index.parent})")
+    for audience, index in indexes.items():
+        print(f"The {audience}' site: {index} (to serve it: python -m http.server -d {index.parent})")
     return 0
 
 
