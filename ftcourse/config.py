@@ -231,6 +231,36 @@ class ConfigError(ValueError):
     """A setting names something that does not exist."""
 
 
+def in_checkout() -> bool:
+    """Whether the package runs from a checkout of the course (its notebooks beside it), not
+    from a ``pip install`` into a fresh runtime such as Colab."""
+    return (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "notebooks").is_dir()
+
+
+def choose_profile(environ=None, gpu: str | None = "detect") -> tuple[str, str]:
+    """The profile a session runs when none is passed, and why, in words for ``setup()``:
+
+    - ``FTCOURSE_PROFILE`` when it is set;
+    - in a checkout of the course, ``offline`` (the course's default: no network);
+    - in a fresh runtime where the package was pip-installed (Colab), ``paper`` when a GPU is
+      present (bert-base and the full data, as the papers ran them), else ``laptop`` (a real
+      small BERT from the hub at the offline profile's sizes, which a CPU gets through).
+
+    ``gpu`` is the GPU's name, ``None`` for none, or ``"detect"`` to ask torch."""
+    environ = os.environ if environ is None else environ
+    if environ.get("FTCOURSE_PROFILE"):
+        return environ["FTCOURSE_PROFILE"], "FTCOURSE_PROFILE is set"
+    if in_checkout():
+        return DEFAULT_PROFILE, "the default in a checkout of the course"
+    if gpu == "detect":
+        import torch
+
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    if gpu:
+        return "paper", f"installed outside a checkout, with a GPU ({gpu}): the papers' models and data"
+    return "laptop", "installed outside a checkout, no GPU: a small real BERT at the offline profile's sizes"
+
+
 def get_profile(profile: "str | Profile | None" = None) -> Profile:
     """The profile named by ``profile``, else by ``FTCOURSE_PROFILE``, else ``offline``."""
     if isinstance(profile, Profile):

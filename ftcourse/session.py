@@ -43,7 +43,11 @@ def setup(profile=None, seed: int = 0, verbose: bool = True) -> config.Profile:
 
     Returns the active profile. In the offline profile the hub is never contacted.
     """
-    profile = config.get_profile(profile)
+    if profile is None:
+        name, reason = config.choose_profile()
+    else:
+        name, reason = getattr(profile, "name", profile), "passed to setup()"
+    profile = config.get_profile(profile if profile is not None else name)
     if profile.name == "offline":
         os.environ["HF_HUB_OFFLINE"] = "1"  # fail fast instead of waiting on the network
         from huggingface_hub import constants
@@ -56,6 +60,7 @@ def setup(profile=None, seed: int = 0, verbose: bool = True) -> config.Profile:
         import torch
 
         print(f"profile: {profile.name} ({profile.description})")
+        print(f"  chosen because: {reason}")
         for role, source in models.describe(profile).items():
             print(f"  {role:<12} {source}  ({models.ROLE_DESCRIPTIONS[role]})")
         if "course" in (profile.encoder, profile.raw_encoder):
