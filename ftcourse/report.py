@@ -104,6 +104,11 @@ def versus(rows, title: str = "") -> Table:
     return Table(["quantity", "measured", "published", "unit"], rows, title)
 
 
+def figure_table(figures: dict, title: str = "", column: str = "published", fmt: str = "{:.1f}") -> Table:
+    """Named figures (a paper's, from ``ftcourse.published``), one row each, under ``title``."""
+    return Table(["", column], [[name, value] for name, value in figures.items()], title, formats={column: fmt})
+
+
 def verdicts(claims, title: str = "") -> Table:
     """A paper's claims checked on this run: ``claims`` are ``(claim, paper_says, run_says)``
     with two booleans. Each row says whether the run agrees."""

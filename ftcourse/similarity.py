@@ -34,6 +34,7 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from .data import STSB_SCORE_RANGE
+from .report import Table
 
 #: The poolings this module computes from a raw encoder's token states.
 POOLINGS = ("cls", "mean")
@@ -487,17 +488,21 @@ def cached_siamese(source: str, train_pairs, config: SiameseConfig | None = None
 # ----------------------------------------------------------------------------- reporting
 
 
-def comparison_table(measured: dict, published: dict):
-    """A ``pandas.DataFrame``: one row per method, the measured Spearman x100 beside the
-    published one (blank where the paper has no such row) and their difference."""
-    import pandas as pd
+def comparison_table(measured: dict, published: dict) -> Table:
+    """One row per method: the measured Spearman x100 beside the published one (a dash where
+    the paper has no such row) and their difference."""
+    rows = [[name, value, published.get(name), None if published.get(name) is None else value - published[name]]
+            for name, value in measured.items()]
+    return Table(["method", "measured", "published", "measured - published"], rows,
+                 formats={c: "{:.2f}" for c in ("measured", "published", "measured - published")})
 
-    rows = []
-    for name, value in measured.items():
-        paper = published.get(name)
-        rows.append({"method": name, "measured": round(value, 2),
-                     "published": paper, "measured - published": None if paper is None else round(value - paper, 2)})
-    return pd.DataFrame(rows).set_index("method")
+
+def layer_table(scores: dict, num_layers: int) -> Table:
+    """Spearman x100 of the [CLS] and the mean vector read at every hidden state, from the
+    embeddings (0) to the last layer (``scores`` as ``evaluate_encoder(..., layers="all")`` gives)."""
+    rows = [["embeddings" if layer == 0 else f"layer {layer}", scores["cls", layer], scores["mean", layer]]
+            for layer in range(num_layers + 1)]
+    return Table(["hidden state", "[CLS]", "mean"], rows, formats={"[CLS]": "{:.2f}", "mean": "{:.2f}"})
 
 
 def plot_comparison(measured: dict, published: dict, title: str = "STS-B test, Spearman x100"):

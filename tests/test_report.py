@@ -80,3 +80,9 @@ def test_figures_given_to_two_decimals_print_as_given_even_after_arithmetic():
     assert "0.82" in text and "0.820" not in text
     assert "1.61" in text and "0.273" in text and "0.27 " in text
     assert "79.46" in text and "95.5" in text
+
+
+def test_figure_table_lists_a_papers_figures_under_its_title():
+    table = report.figure_table({"last": 94.9, "finetune": 96.4}, "Devlin et al. (2019)", "dev F1")
+    assert str(table).splitlines()[0] == "Devlin et al. (2019)"
+    assert table.rows == [["last", 94.9], ["finetune", 96.4]] and "96.4" in str(table)

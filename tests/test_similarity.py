@@ -184,3 +184,11 @@ def test_train_siamese_moves_the_encoder_and_is_cached(tiny_model_dir, tmp_path)
     assert not np.allclose(after_vec, before_vec)
     with pytest.raises(SimilarityInputError, match="outside the stated range"):
         similarity.train_siamese(tiny_model_dir, {**pairs, "score": [6.0, 0.0] * 8}, config, device="cpu")
+
+
+def test_comparison_and_layer_tables_are_report_tables():
+    table = similarity.comparison_table({"raw [CLS]": 14.03, "GloVe, 50d": 40.0}, {"raw [CLS]": 16.5})
+    assert table.rows[0] == ["raw [CLS]", 14.03, 16.5, pytest.approx(-2.47)]
+    assert table.rows[1][2:] == [None, None] and "-2.47" in str(table)
+    layers = similarity.layer_table({("cls", 0): 1.0, ("mean", 0): 2.0, ("cls", 1): 3.0, ("mean", 1): 4.5}, 1)
+    assert [row[0] for row in layers.rows] == ["embeddings", "layer 1"] and "4.50" in str(layers)
