@@ -1,6 +1,6 @@
 """``python -m bench [names...]``: run the benchmarks and print one table.
 
-Names: loop, throughput, precision, readout, course (default: all), and paper_cpu (only by name: each
+Names: loop, throughput, precision, levers, readout, course (default: all), and paper_cpu (only by name: each
 lesson with bert-base at the offline profile's sizes, hours on a CPU; its own options follow
 it, see ``python -m bench paper_cpu --help``). ``--update-readme`` writes the table, with the
 machine it came from, into bench/README.md.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import common
 
-NAMES = ("loop", "throughput", "precision", "readout", "course")
+NAMES = ("loop", "throughput", "precision", "levers", "readout", "course")
 ON_REQUEST = ("paper_cpu",)  # never part of "all": it takes hours on a CPU
 README = Path(__file__).with_name("README.md")
 READOUT_SPEED = Path(__file__).with_name("readout_speed.py")
@@ -91,6 +91,10 @@ def main(argv=None) -> int:
         from . import precision
 
         rows += precision.main(train_size=args.train_size)
+    if "levers" in names:
+        from . import levers
+
+        rows += levers.main(train_size=args.train_size)
     if "readout" in names:
         from . import frozen_vs_finetune
 
