@@ -1,4 +1,4 @@
-"""The course's three benchmarks as ``datasets.DatasetDict`` objects.
+"""The course's benchmarks as ``datasets.DatasetDict`` objects.
 
 Each loader reads the original files from the folder named by ``FTCOURSE_DATA`` when it
 is set (the offline mirror, e.g. ``../shared/datasets``), and otherwise the Hugging Face
@@ -6,6 +6,8 @@ hub. Either way the columns are the same:
 
 - CoNLL-2003: ``tokens``, ``ner_tags`` (a ``ClassLabel`` sequence over ``CONLL_LABELS``);
 - SST-2: ``sentence``, ``label`` (1 = positive);
+- SST-5: ``sentence``, ``label`` (0 = very negative ... 4 = very positive): a real
+  multi-class set, to bring another classification task through the same code;
 - STS-B: ``sentence1``, ``sentence2``, ``score`` (0 to 5, the benchmark's own scale).
 
 Training splits are subsampled as the profile says (seeded, so always the same subset);
@@ -23,6 +25,7 @@ from . import config
 
 CONLL_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 SST2_LABELS = ["negative", "positive"]
+SST5_LABELS = ["very negative", "negative", "neutral", "positive", "very positive"]
 STSB_SCORE_RANGE = (0.0, 5.0)
 
 # Online sources. CoNLL-2003's canonical repo is a loading script, which `datasets` no
@@ -30,11 +33,13 @@ STSB_SCORE_RANGE = (0.0, 5.0)
 HUB_SOURCES = {
     "conll2003": {"path": "eriktks/conll2003", "revision": "refs/convert/parquet"},
     "sst2": {"path": "stanfordnlp/sst2"},
+    "sst5": {"path": "SetFit/sst5"},
     "stsb": {"path": "sentence-transformers/stsb"},
 }
 LOCAL_FILES = {
     "conll2003": {"train": "train.txt", "validation": "validation.txt"},
     "sst2": {"train": "train.tsv", "validation": "validation.tsv"},
+    "sst5": {"train": "train.tsv", "validation": "validation.tsv", "test": "test.tsv"},
     "stsb": {"train": "train.tsv", "validation": "validation.tsv", "test": "test.tsv"},
 }
 
@@ -91,8 +96,9 @@ def read_conll(path: Path) -> dict:
     return {"tokens": sentences, "ner_tags": tags}
 
 
-def read_sst2(path: Path) -> dict:
+def read_sst2(path: Path, labels: tuple = ("0", "1")) -> dict:
     """Parse GLUE SST-2 (header ``sentence<TAB>label``)."""
+    allowed = labels
     sentences, labels = [], []
     with open(path, encoding="utf-8") as f:
         header = f.readline().rstrip("\n").split("\t")
@@ -102,9 +108,9 @@ def read_sst2(path: Path) -> dict:
             )
         for line_number, line in enumerate(f, start=2):
             fields = line.rstrip("\n").split("\t")
-            if len(fields) != 2 or fields[1] not in ("0", "1"):
+            if len(fields) != 2 or fields[1] not in allowed:
                 raise DataFormatError(
-                    f"{path}:{line_number}: expected 'sentence<TAB>0|1', found {line.strip()!r}."
+                    f"{path}:{line_number}: expected 'sentence<TAB>{'|'.join(allowed)}', found {line.strip()!r}."
                 )
             sentences.append(fields[0].strip())
             labels.append(int(fields[1]))
@@ -141,7 +147,12 @@ def read_stsb(path: Path) -> dict:
     return {"sentence1": first, "sentence2": second, "score": scores}
 
 
-READERS = {"conll2003": read_conll, "sst2": read_sst2, "stsb": read_stsb}
+def read_sst5(path: Path) -> dict:
+    """Parse SST-5 in the same layout as SST-2 (header ``sentence<TAB>label``, labels 0-4)."""
+    return read_sst2(path, labels=tuple(str(i) for i in range(len(SST5_LABELS))))
+
+
+READERS = {"conll2003": read_conll, "sst2": read_sst2, "sst5": read_sst5, "stsb": read_stsb}
 
 
 def _features(name: str) -> datasets.Features:
@@ -152,10 +163,9 @@ def _features(name: str) -> datasets.Features:
                 "ner_tags": datasets.Sequence(datasets.ClassLabel(names=CONLL_LABELS)),
             }
         )
-    if name == "sst2":
-        return datasets.Features(
-            {"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=SST2_LABELS)}
-        )
+    if name in ("sst2", "sst5"):
+        names = SST2_LABELS if name == "sst2" else SST5_LABELS
+        return datasets.Features({"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})
     return datasets.Features(
         {
             "sentence1": datasets.Value("string"),
@@ -202,6 +212,8 @@ def _load_hub(name: str) -> datasets.DatasetDict:
     elif name == "sst2":
         raw = raw.select_columns(["sentence", "label"])
         raw = raw.filter(lambda row: row["label"] >= 0)  # GLUE's test split is unlabelled
+    elif name == "sst5":
+        raw = raw.rename_column("text", "sentence").select_columns(["sentence", "label"])
     elif name == "stsb":
         # The hub copy divides scores by 5; the course keeps the benchmark's 0-5 scale.
         raw = raw.map(lambda row: {"score": row["score"] * 5.0})
@@ -219,7 +231,7 @@ def subsample(dataset: datasets.Dataset, n: int | None, seed: int = 0) -> datase
 
 
 def load(name: str, profile=None, *, full: bool = False, seed: int = 0) -> datasets.DatasetDict:
-    """Load benchmark ``name`` (``conll2003``, ``sst2`` or ``stsb``), sized by the profile.
+    """Load benchmark ``name`` (``conll2003``, ``sst2``, ``sst5`` or ``stsb``), sized by the profile.
 
     ``full=True`` ignores the profile's sizes. Subsets are seeded by ``seed``.
     """
@@ -251,6 +263,11 @@ def load_conll2003(profile=None, **kwargs) -> datasets.DatasetDict:
 def load_sst2(profile=None, **kwargs) -> datasets.DatasetDict:
     """GLUE SST-2 sentiment: ``sentence`` and ``label`` (1 = positive)."""
     return load("sst2", profile, **kwargs)
+
+
+def load_sst5(profile=None, **kwargs) -> datasets.DatasetDict:
+    """SST-5 fine-grained sentiment: ``sentence`` and ``label`` (names in ``SST5_LABELS``)."""
+    return load("sst5", profile, **kwargs)
 
 
 def load_stsb(profile=None, **kwargs) -> datasets.DatasetDict:

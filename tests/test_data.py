@@ -24,6 +24,20 @@ def test_sst2_and_stsb_columns(shared_data):
     assert 0 <= min(stsb["train"]["score"]) and max(stsb["train"]["score"]) <= 5
 
 
+def test_sst5_is_a_five_label_set_with_its_three_splits(shared_data):
+    sst5 = data.load_sst5(full=True)
+    assert [len(sst5[s]) for s in ("train", "validation", "test")] == [8544, 1101, 2210]
+    assert data.label_names(sst5["train"], "label") == data.SST5_LABELS
+    assert set(sst5["train"]["label"]) == {0, 1, 2, 3, 4}
+    assert sst5["train"].column_names == ["sentence", "label"]
+
+
+def test_a_label_outside_the_set_is_a_clear_error(tmp_path):
+    (tmp_path / "bad.tsv").write_text("sentence\tlabel\na fine film\t5\n")
+    with pytest.raises(data.DataFormatError, match=r"bad.tsv:2: expected 'sentence<TAB>0\|1\|2\|3\|4'"):
+        data.read_sst5(tmp_path / "bad.tsv")
+
+
 def test_profile_subsets_training_only_and_is_deterministic(shared_data):
     a = data.load_sst2("offline")
     b = data.load_sst2("offline")
@@ -34,7 +48,7 @@ def test_profile_subsets_training_only_and_is_deterministic(shared_data):
 
 
 def test_unknown_dataset_and_profile():
-    with pytest.raises(data.DataError, match="Known datasets: conll2003, sst2, stsb"):
+    with pytest.raises(data.DataError, match="Known datasets: conll2003, sst2, sst5, stsb"):
         data.load("imdb")
     with pytest.raises(config.ConfigError, match="Known profiles"):
         config.get_profile("no-such-profile")
