@@ -682,3 +682,44 @@ def plot_depth_curves(curves: dict, ylabel: str = "dev entity F1", ax=None):
     ax.legend(loc="lower center")
     ax.grid(True, alpha=0.3)
     return ax
+
+
+def plot_layer_curves(curves: dict, peak: int | None = None):
+    """Dev entity F1 against the layer read, one line per head (``{head: [F1 at layer 0 ..
+    last]}``), with a dotted line at ``peak`` (the BiLSTM's best layer)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    layers = list(range(len(next(iter(curves.values())))))
+    for head, values in curves.items():
+        ax.plot(layers, values, marker="o", label=head)
+    if peak is not None:
+        ax.axvline(peak, color="grey", linestyle=":", label="peak (BiLSTM)")
+    ax.set_xticks(layers, ["emb"] + [str(k) for k in layers[1:]])
+    ax.set_xlabel("layer read (emb = embedding output)")
+    ax.set_ylabel("dev entity F1")
+    ax.legend()
+    plt.tight_layout()
+    return fig
+
+
+def plot_mix_weights(results: dict, num_layers: int):
+    """One bar chart per scalar-mix readout (``{name: ReadoutResult}``): the softmax weight of
+    each layer read, a dashed line at the uniform weight, and gamma in the title."""
+    import matplotlib.pyplot as plt
+
+    widths = [max(num_layers, 4) if i == 0 else 4 for i in range(len(results))]
+    fig, axes = plt.subplots(1, len(results), figsize=(10, 3.2), gridspec_kw={"width_ratios": widths})
+    for ax, (name, result) in zip(axes, results.items()):
+        ax.bar([str(k) for k in result.mix_layers], result.mix_weights)
+        ax.axhline(1 / len(result.mix_layers), color="grey", linestyle="--")
+        ax.set_title(f"{name} (gamma {result.gamma:.2f})")
+        ax.set_xlabel("layer")
+    axes[0].set_ylabel("softmax weight")
+    plt.tight_layout()
+    return fig
+
+
+def heaviest_layer(result: ReadoutResult) -> int:
+    """The layer a scalar-mix readout weighs most."""
+    return result.mix_layers[max(range(len(result.mix_weights)), key=result.mix_weights.__getitem__)]

@@ -233,3 +233,15 @@ def test_depth_curves_share_a_relative_axis_and_check_lengths():
     assert xs[0][-1] == xs[1][-1] == 1.0 and len(xs[0]) == 7 and len(xs[1]) == 5
     with pytest.raises(readout.LayerOutOfRangeError, match="expected 5"):
         readout.plot_depth_curves({"four": (4, [1, 2, 3])})
+
+
+def test_layer_and_mix_plots_and_the_heaviest_layer():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = readout.plot_layer_curves({"BiLSTM": [1.0, 3.0, 2.0], "linear probe": [1.0, 1.5, 2.5]}, peak=1)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["emb", "1", "2"]
+    mix = readout.ReadoutResult("weighted_sum_all", "bilstm", 50.0, 1.0, [0.2, 0.5, 0.3], (0, 1, 2), 1.5)
+    fig = readout.plot_mix_weights({"weighted_sum_all": mix, "again": mix}, num_layers=2)
+    assert len(fig.axes) == 2 and fig.axes[0].get_title() == "weighted_sum_all (gamma 1.50)"
+    assert readout.heaviest_layer(mix) == 1
