@@ -40,11 +40,37 @@ FEATURES_FORMAT = 1  # bump when the cached file layout changes
 # ----------------------------------------------------------------------------- data
 
 
-def tokenize_sentences(dataset: datasets.Dataset, tokenizer, max_length: int) -> datasets.Dataset:
-    """SST-2 rows (``sentence``, ``label``) as token ids and ``labels`` for ``training``."""
-    encoded = dataset.map(lambda b: tokenizer(b["sentence"], truncation=True, max_length=max_length),
-                          batched=True, remove_columns=["sentence"])
-    return encoded.rename_column("label", "labels")
+def tokenize_sentences(dataset: datasets.Dataset, tokenizer, max_length: int, text="sentence",
+                       label: str = "label") -> datasets.Dataset:
+    """Rows of a classification set as token ids and ``labels`` for ``training``. ``text`` is
+    the text column, or two columns for a sentence pair (``[CLS] a [SEP] b [SEP]``), e.g.
+    ``("sentence1", "sentence2")``; ``label`` the label column. SST-2's are the defaults."""
+    columns = (text,) if isinstance(text, str) else tuple(text)
+    missing = [c for c in (*columns, label) if c not in dataset.column_names]
+    if missing or not 1 <= len(columns) <= 2:
+        raise ValueError(f"The dataset has columns {dataset.column_names}; asked for text {columns} and label "
+                         f"{label!r}{f', missing {missing}' if missing else ''}. Fix: pass text= (one column, or two "
+                         "for a pair) and label= with the names of its columns.")
+    encoded = dataset.map(lambda b: tokenizer(*(b[c] for c in columns), truncation=True, max_length=max_length),
+                          batched=True, remove_columns=list(columns))
+    return encoded.rename_column(label, "labels") if label != "labels" else encoded
+
+
+def num_labels_of(*splits: datasets.Dataset) -> int:
+    """How many classes a head over these splits needs: the label names when the data carries
+    them (a ``ClassLabel``), else one more than the largest label seen. A split with a label
+    outside that range is an error that names it."""
+    feature = splits[0].features.get("labels")
+    found = [set(split["labels"]) for split in splits]
+    if any(not labels for labels in found):
+        raise ValueError("A split has no examples. Fix: check the dataset sizes in the profile.")
+    count = len(feature.names) if isinstance(feature, datasets.ClassLabel) else max(max(f) for f in found) + 1
+    for split, labels in zip(splits, found):
+        outside = sorted(label for label in labels if not 0 <= label < count)
+        if outside:
+            raise ValueError(f"Labels {outside} are outside the head's {count} classes (0..{count - 1}). "
+                             "Fix: map the labels to 0..n-1, or build the head with num_labels= for all of them.")
+    return count
 
 
 def tokenize_tags(dataset: datasets.Dataset, tokenizer, max_length: int) -> datasets.Dataset:
@@ -118,6 +144,9 @@ def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_labels:
                          "Fix: extract features from the same (tokenised) split the labels come from.")
     if len(features) == 0:
         raise ValueError("No training examples: the split is empty. Fix: check the dataset size in the profile.")
+    if labels.min() < 0 or labels.max() >= num_labels:
+        raise ValueError(f"Labels run from {int(labels.min())} to {int(labels.max())}, outside the head's "
+                         f"{num_labels} classes. Fix: pass num_labels= (regimes.num_labels_of gives it).")
     lr = config.get_profile().probe_lr if lr is None else lr
     torch.manual_seed(seed)
     mean, std = features.mean(0), features.std(0).clamp_min(1e-6)
@@ -163,8 +192,10 @@ def _dev_accuracy(model, dev) -> float:
 
 def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: datasets.Dataset, profile=None,
                seed: int = 0, epochs: int = 1, train_features=None, dev_features=None, rank: int | None = None,
-               keep_model: bool = False):
-    """Train ``regime`` on ``train`` (tokenised SST-2) and score it on ``dev``.
+               keep_model: bool = False, num_labels: int | None = None):
+    """Train ``regime`` on ``train`` (a tokenised classification set, e.g. SST-2 through
+    ``tokenize_sentences``) and score it on ``dev``. The head has ``num_labels`` classes,
+    read from the data when not given (``num_labels_of``).
 
     ``encoder`` is never modified (LoRA and fine-tuning train a copy). For ``frozen``, pass
     the cached [CLS] features of ``train`` and ``dev``. Returns a ``RegimeResult``, and the
@@ -174,13 +205,14 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
         raise ValueError(f"Unknown regime {regime!r}. Known regimes: {', '.join(REGIMES)}.")
     profile = config.get_profile(profile)
     hidden = encoder.config.hidden_size
+    num_labels = num_labels or num_labels_of(train, dev)
     labels = torch.as_tensor(train["labels"])
     if regime == "frozen":
         if train_features is None or dev_features is None:
             raise ValueError("The frozen regime trains on cached features: pass train_features and dev_features "
                              "(see cached_features).")
         with training.peak_memory() as peak:
-            probe, seconds = train_linear_probe(train_features, labels, seed=seed, lr=profile.probe_lr)
+            probe, seconds = train_linear_probe(train_features, labels, num_labels, seed=seed, lr=profile.probe_lr)
         with torch.no_grad():
             predictions = probe(dev_features).argmax(-1)
         accuracy = (predictions == torch.as_tensor(dev["labels"])).float().mean().item()
@@ -191,7 +223,7 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
 
     torch.manual_seed(seed)  # the head's initialisation follows the seed
     backbone = copy.deepcopy(encoder)
-    head = heads.SentenceClassifier(hidden, 2)
+    head = heads.SentenceClassifier(hidden, num_labels)
     if regime == "lora":
         model = lora.lora_task_model(backbone, head, rank=rank or profile.lora_rank)
         lr = profile.lora_lr
@@ -327,6 +359,16 @@ def budget_table(sizes, min_examples: int, epochs: int, batch_size: int | None =
         n = epochs_for(size, min_examples, epochs)
         rows.append([size, n, n * -(-size // batch_size)])
     return Table(["examples", "epochs", "optimiser steps"], rows)
+
+
+REGIME_LABELS = {"frozen": "frozen head", "lora": "LoRA", "finetune": "full fine-tuning"}
+
+
+def accuracy_figures(summary: dict, size: int) -> list[tuple]:
+    """Headline figures ``(name, measured, published, unit)``: each regime's mean SST-2 dev
+    accuracy x100 at ``size`` labelled examples (no paper publishes these)."""
+    return [(f"{REGIME_LABELS[r]}, {size} examples", 100 * summary[(r, size)]["mean"], None,
+             f"SST-2 dev accuracy x100, mean of {summary[(r, size)]['n']} seeds") for r in REGIMES]
 
 
 def learning_curve_table(summary: dict) -> Table:

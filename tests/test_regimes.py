@@ -91,3 +91,43 @@ def test_linear_probe_rejects_mismatched_or_empty_data():
         regimes.train_linear_probe(torch.zeros(4, 3), torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="empty"):
         regimes.train_linear_probe(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long))
+
+
+def test_the_three_regimes_run_on_sst5_with_a_five_class_head(shared_data, tiny_bert, tokenizer):
+    """A five-label set through the public API, as a student bringing their own data would."""
+    from ftcourse import data
+
+    sst5 = data.load_sst5(full=True)
+    train = regimes.tokenize_sentences(data.subsample(sst5["train"], 40), tokenizer, 32)
+    dev = regimes.tokenize_sentences(data.subsample(sst5["validation"], 24), tokenizer, 32)
+    assert regimes.num_labels_of(train, dev) == 5
+    features = {name: regimes.sentence_features(tiny_bert, split, "cls") for name, split in (("train", train), ("dev", dev))}
+    for regime in regimes.REGIMES:
+        result, model = regimes.run_regime(regime, tiny_bert, train, dev, "offline", train_features=features["train"],
+                                           dev_features=features["dev"], keep_model=True)
+        classes = model.out_features if regime == "frozen" else model.head.classifier.out_features
+        assert classes == 5 and 0 <= result.accuracy <= 1, regime
+
+
+def test_labels_outside_the_head_and_missing_columns_are_clear_errors(tokenizer):
+    rows = datasets.Dataset.from_dict({"text": ["good", "bad"], "stars": [1, 7]})
+    with pytest.raises(ValueError, match=r"missing \['sentence', 'label'\].*Fix: pass text="):
+        regimes.tokenize_sentences(rows, tokenizer, 16)
+    encoded = regimes.tokenize_sentences(rows, tokenizer, 16, text="text", label="stars")
+    assert regimes.num_labels_of(encoded) == 8  # no names: one more than the largest label
+    named = encoded.cast_column("labels", datasets.ClassLabel(names=["a", "b", "c", "d", "e", "f", "g", "h"]))
+    too_few = datasets.Dataset.from_dict({"labels": [0, 9]})
+    with pytest.raises(ValueError, match=r"Labels \[9\] are outside the head's 8 classes"):
+        regimes.num_labels_of(named, too_few)
+    with pytest.raises(ValueError, match="outside the head's 2 classes"):
+        regimes.train_linear_probe(torch.randn(2, 4), torch.tensor([0, 3]))
+    pairs = datasets.Dataset.from_dict({"a": ["a cat"], "b": ["a dog"], "label": [1]})
+    encoded = regimes.tokenize_sentences(pairs, tokenizer, 16, text=("a", "b"))
+    assert encoded[0]["input_ids"].count(tokenizer.sep_token_id) == 2  # [CLS] a [SEP] b [SEP]
+
+
+def test_accuracy_figures_give_each_regime_at_one_size():
+    summary = {(r, 64): {"mean": m, "std": 0.0, "n": 3} for r, m in zip(regimes.REGIMES, (0.7, 0.8, 0.75))}
+    figures = regimes.accuracy_figures(summary, 64)
+    assert [f[0] for f in figures] == ["frozen head, 64 examples", "LoRA, 64 examples", "full fine-tuning, 64 examples"]
+    assert figures[1][1:] == (80.0, None, "SST-2 dev accuracy x100, mean of 3 seeds")
