@@ -549,3 +549,56 @@ def off_diagonal(matrix) -> np.ndarray:
     """The similarities of distinct sentences (a matrix's off-diagonal entries)."""
     matrix = np.asarray(matrix)
     return matrix[~np.eye(len(matrix), dtype=bool)]
+
+
+def spread_line(name: str, matrix, paraphrases) -> str:
+    """How far apart a cosine matrix's distinct sentences are, and how close its paraphrase
+    pairs (``paraphrases``: index pairs) are, in one line."""
+    others = off_diagonal(matrix)
+    pairs_mean = sum(float(matrix[i, j]) for i, j in paraphrases) / len(paraphrases)
+    return (f"{name:<22} cosines of distinct sentences span {others.min():.3f} .. {others.max():.3f}; "
+            f"paraphrase pairs average {pairs_mean:.3f}, all pairs average {others.mean():.3f}")
+
+
+def published_rows() -> dict:
+    """The Sentence-BERT paper's figures under the names of lesson 4's rows (STS-B test,
+    Spearman x100), for ``comparison_table``."""
+    from .published import SBERT_POOLING_ABLATION as ablation
+    from .published import SBERT_STSB_SPEARMAN as stsb
+
+    return {"raw encoder [CLS]": stsb["bert_cls"], "raw encoder mean": stsb["bert_mean"],
+            "averaged GloVe": stsb["glove_average"], "Sentence-BERT, own mean pooling": stsb["sbert_nli_base"],
+            "raw encoder trained on STS-B, mean": ablation["mean"], "raw encoder trained on STS-B, [CLS]": ablation["cls"]}
+
+
+def pooling_conclusions(raw: dict, glove: float, sbert: float, siamese: dict, measured: dict, paper: dict) -> list[str]:
+    """Lesson 4's conclusions, each computed from the measurements: ``raw`` as
+    ``evaluate_encoder(..., layers="all")`` gives, ``sbert`` the Sentence-BERT model's own
+    score, ``siamese`` pooling -> the trained raw encoder's score, ``measured``/``paper`` the
+    rows of ``comparison_table``. Where the run and the paper disagree, a line says so."""
+    from .published import SBERT_POOLING_ABLATION as ablation
+    from .published import SBERT_STSB_SPEARMAN as stsb
+
+    last = max(layer for _, layer in raw)
+    cls, mean = raw["cls", last], raw["mean", last]
+    gain, gap = min(siamese.values()) - cls, siamese["mean"] - siamese["cls"]
+    claims = [
+        ("raw [CLS] is below averaged GloVe (paper: yes)", cls < glove),
+        ("raw mean beats raw [CLS] (paper: yes)", mean > cls),
+        ("raw mean is below averaged GloVe (paper: yes)", mean < glove),
+        ("the trained Sentence-BERT model beats every raw-encoder reading",
+         sbert > max(raw["mean", layer] for layer in range(last + 1))),
+        f"weaker trained row minus raw [CLS]: {gain:+.2f} points (paper: {min(ablation.values()) - stsb['bert_cls']:+.2f})",
+        ("siamese training lifts both poolings more than 10 points above raw [CLS] (paper: yes)", gain > 10),
+        ("the mean-trained model beats the raw mean (paper: yes)", siamese["mean"] > mean),
+        f"trained mean minus trained [CLS]: {gap:+.2f} points (paper: {ablation['mean'] - ablation['cls']:+.2f})",
+        ("after training, the pooling matters little (gap under 3 points; paper: yes)", abs(gap) < 3),
+    ]
+    lines = [c if isinstance(c, str) else f"{c[0]}: {'yes' if c[1] else 'no'}" for c in claims]
+    if cls >= glove or mean >= glove:
+        lines.append("disagrees with the paper: here a raw-encoder reading matches or beats averaged GloVe")
+    disagree = [name for name in ("raw encoder [CLS]", "raw encoder mean", "averaged GloVe")
+                if abs(measured[name] - paper[name]) > 10]
+    if disagree:
+        lines.append("more than 10 points from the paper: " + ", ".join(disagree))
+    return lines

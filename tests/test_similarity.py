@@ -192,3 +192,15 @@ def test_comparison_and_layer_tables_are_report_tables():
     assert table.rows[1][2:] == [None, None] and "-2.47" in str(table)
     layers = similarity.layer_table({("cls", 0): 1.0, ("mean", 0): 2.0, ("cls", 1): 3.0, ("mean", 1): 4.5}, 1)
     assert [row[0] for row in layers.rows] == ["embeddings", "layer 1"] and "4.50" in str(layers)
+
+
+def test_pooling_conclusions_are_computed_and_say_where_the_paper_disagrees():
+    raw = {("cls", 0): 1.0, ("mean", 0): 30.0, ("cls", 1): 14.0, ("mean", 1): 36.0}
+    paper = similarity.published_rows()
+    measured = {"raw encoder [CLS]": 14.0, "raw encoder mean": 36.0, "averaged GloVe": 41.0}
+    lines = similarity.pooling_conclusions(raw, 41.0, 82.0, {"mean": 57.0, "cls": 55.5}, measured, paper)
+    assert lines[0] == "raw [CLS] is below averaged GloVe (paper: yes): yes"
+    assert "weaker trained row minus raw [CLS]: +41.50 points (paper: +70.12)" in lines
+    assert lines[-1] == "more than 10 points from the paper: raw encoder mean, averaged GloVe"
+    matrix = np.array([[1.0, 0.9, 0.2], [0.9, 1.0, 0.1], [0.2, 0.1, 1.0]])
+    assert similarity.spread_line("m", matrix, [(0, 1)]).endswith("paraphrase pairs average 0.900, all pairs average 0.400")
