@@ -13,7 +13,8 @@ A lesson imports these; each module is one idea, in the order the course meets t
 - ``lora``: LoRA with peft, and one backbone serving many tasks (lesson 3);
 - ``costs``: what each regime costs in parameters and bytes (lesson 3);
 - ``similarity``: sentence embeddings, [CLS] against mean, Sentence-BERT (lesson 4);
-- ``published``: the papers' figures, cited;
+- ``published``: the papers' figures, cited, each with its table and split;
+- ``derived``: the course's own arithmetic about bert-base, computed from formulas (never "published");
 - ``report``: results as tables, published beside measured, and each lesson's headline;
 - ``plots``: the lessons' small figures;
 - ``speed``: throughput as a fraction of the same machine's matmul.

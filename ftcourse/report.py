@@ -96,12 +96,17 @@ class Table:
         return pd.DataFrame(self.rows, columns=self.columns)
 
 
-def versus(rows, title: str = "") -> Table:
+def versus(rows, title: str = "", against: str = "published") -> Table:
     """A run's figures beside the published ones: ``rows`` are ``(quantity, measured,
     published)`` or ``(quantity, measured, published, unit)``; published is ``None`` where
-    no paper gives the figure."""
+    no paper gives the figure. ``against="derived"`` heads the column for the course's own
+    arithmetic (``ftcourse.derived``) instead: a paper's figure and the course's are never
+    under one name."""
+    if against not in ("published", "derived"):
+        raise ValueError(f"against must be 'published' (a paper's figure) or 'derived' (the course's arithmetic), "
+                         f"not {against!r}.")
     rows = [list(row) + [""] * (4 - len(row)) for row in rows]
-    return Table(["quantity", "measured", "published", "unit"], rows, title)
+    return Table(["quantity", "measured", against, "unit"], rows, title)
 
 
 def figure_table(figures: dict, title: str = "", column: str = "published", fmt: str = "{:.1f}") -> Table:
