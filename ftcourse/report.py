@@ -139,7 +139,9 @@ def seed_table(accuracies: dict, summarize, title: str = "") -> Table:
 @dataclass
 class Figure:
     """One headline figure: what it is, what the paper published (or ``None``), what this
-    run measured, and the unit both are in."""
+    run measured, and the unit both are in. ``published`` holds a paper's figure only when it
+    was measured on the same split and task setup as this run; otherwise it stays ``None`` and
+    ``note`` says what the paper found and what differs (or gives the course's derived figure)."""
 
     name: str
     measured: float | int | str | None
@@ -161,13 +163,18 @@ class Headline:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def _with_notes(self) -> bool:
+        return any(f.note for f in self.figures)
+
     def __str__(self) -> str:
-        rows = [("figure", "published", "measured", "unit")]
-        rows += [(f.name, format_figure(f.published), format_figure(f.measured), f.unit) for f in self.figures]
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        notes = self._with_notes()
+        rows = [("figure", "published", "measured", "unit") + (("note",) if notes else ())]
+        rows += [(f.name, format_figure(f.published), format_figure(f.measured), f.unit) + ((f.note,) if notes else ())
+                 for f in self.figures]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = [f"{self.title} (profile: {self.profile})"]
         for k, row in enumerate(rows):
-            lines.append("  ".join(cell.ljust(w) if i in (0, 3) else cell.rjust(w)
+            lines.append("  ".join(cell.ljust(w) if i in (0, 3, 4) else cell.rjust(w)
                                    for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
             if k == 0:
                 lines.append("-" * len(lines[-1]))
@@ -175,14 +182,17 @@ class Headline:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
+        notes = self._with_notes()
         body = "".join(
             f"<tr><td>{html.escape(f.name)}</td><td>{html.escape(format_figure(f.published))}</td>"
-            f"<td><b>{html.escape(format_figure(f.measured))}</b></td><td>{html.escape(f.unit)}</td></tr>"
+            f"<td><b>{html.escape(format_figure(f.measured))}</b></td><td>{html.escape(f.unit)}</td>"
+            + (f"<td>{html.escape(f.note)}</td>" if notes else "") + "</tr>"
             for f in self.figures)
         verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in self.verdicts)
         return (f'<div class="ftcourse-headline"><p><b>{html.escape(self.title)}</b> '
                 f"(profile: {html.escape(self.profile)})</p>"
-                "<table><thead><tr><th>figure</th><th>published</th><th>measured</th><th>unit</th></tr></thead>"
+                "<table><thead><tr><th>figure</th><th>published</th><th>measured</th><th>unit</th>"
+                + ("<th>note</th>" if notes else "") + "</tr></thead>"
                 f"<tbody>{body}</tbody></table>" + (f"<ul>{verdicts}</ul>" if verdicts else "") + "</div>")
 
     def _repr_mimebundle_(self, include=None, exclude=None):

@@ -86,3 +86,11 @@ def test_figure_table_lists_a_papers_figures_under_its_title():
     table = report.figure_table({"last": 94.9, "finetune": 96.4}, "Devlin et al. (2019)", "dev F1")
     assert str(table).splitlines()[0] == "Devlin et al. (2019)"
     assert table.rows == [["last", 94.9], ["finetune", 96.4]] and "96.4" in str(table)
+
+
+def test_a_headline_shows_notes_only_when_a_figure_has_one():
+    plain = report.headline("01", "t", "offline", [("accuracy", 0.8, 0.9, "acc")])
+    assert "note" not in str(plain) and "<th>note</th>" not in plain._repr_html_()
+    noted = report.headline("01", "t", "offline", [
+        report.Figure("fine-tuned", 82.9, None, "accuracy x100", "paper: 93.5 on the GLUE test set, all 67k sentences")])
+    assert "paper: 93.5 on the GLUE test set" in str(noted) and "<th>note</th>" in noted._repr_html_()
