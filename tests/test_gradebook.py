@@ -185,6 +185,12 @@ def test_a_rerun_skips_graded_submissions_only_for_the_same_grader_version(tmp_p
     monkeypatch.setattr(grading, "grader_version", lambda: "0.2.0+fixed")
     grading.grade_folder(folder, tmp_path / "book", EXERCISE, progress=False)
     assert len(fake.paths) == 4  # a fixed grader regrades everything
+    # Every row of a class run carries the version the run started with, even if the grader changes meanwhile.
+    versions = iter(["0.2.0+start", "0.2.0+edited", "0.2.0+edited", "0.2.0+edited"])
+    monkeypatch.setattr(grading, "grader_version", lambda: next(versions))
+    grading.grade_folder(folder, tmp_path / "book", EXERCISE, progress=False)
+    saved = json.loads((tmp_path / "book.json").read_text())["submissions"]
+    assert [s["grader"] for s in saved] == ["0.2.0+start"] * 2
 
 
 def test_the_grader_version_follows_the_course_code_and_the_course_version(tmp_path, monkeypatch):

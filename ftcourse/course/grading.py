@@ -38,7 +38,7 @@ The grader's own process treats every submission as hostile data too:
   is escaped before it reaches the instructor (``clean``: control characters, ANSI escapes,
   bidirectional overrides), CSV cells cannot start a formula (``csv_cell``), and only the
   grader names a verdict: the guard's ``SubmissionTampered`` counts only when it carries the
-  grading's secret (see ``guard_cell``); an exception of the same name raised by the
+  grading's secret (see ``GUARD_CELL``); an exception of the same name raised by the
   submission is shown as ``submission raised ...``.
 """
 
@@ -805,7 +805,8 @@ def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: i
             result.cell_errors.append(CellError(-1, "", type(error).__name__, clean(str(error), MAX_MESSAGE_CHARS)))
         finally:
             slots.put(slot)
-        result.student = student
+        # The version this class run started with: a grader edited while it runs regrades on the next run.
+        result.student, result.grader = student, version
         with written:  # the row is on disk as soon as it is graded
             results[student] = result
             write_gradebook([results[s] for s in found if s in results], gradebook)
