@@ -228,7 +228,7 @@ def test_without_cgroups_it_says_what_is_missing_once_and_keeps_the_per_process_
 
 def test_the_probe_reports_what_it_found():
     support = sandbox.cgroups()
-    assert support.kind in ("cgroup v2", "cgroup v1", "systemd-run") or support.missing
+    assert support.kind in ("cgroup v2", "cgroup v1", "systemd-run", "systemd-run --user") or support.missing
     assert bool(sandbox.cgroup_warning()) == (not support.kind)
     assert sandbox.GiB // 4 < sandbox.machine_memory() < 2**50
 
@@ -266,3 +266,26 @@ def test_cgroups_left_by_a_killed_grader_are_removed():
         for path in (stale, mine):
             if os.path.exists(path):
                 os.rmdir(path)
+
+
+def test_the_cgroup_v2_probe_and_limits_on_a_fake_hierarchy(tmp_path, monkeypatch):
+    """cgroup v2 as a delegated subtree would look (this machine may have only v1): the probe enables
+    memory and pids for the children, or says which controller is lacking; a run's cgroup gets the limits."""
+    own = tmp_path / "user.slice" / "grader"
+    own.mkdir(parents=True)
+    (own / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (own / "cgroup.subtree_control").write_text("")
+    monkeypatch.setattr(sandbox, "_mounts", lambda: [(str(tmp_path), "/", "cgroup2", set())])
+    monkeypatch.setattr(sandbox, "_own_cgroups", lambda: {"": "/user.slice/grader"})
+    support = sandbox._probe_v2()
+    assert support == sandbox.Cgroups("cgroup v2", (("", str(own)),))
+    assert (own / "cgroup.subtree_control").read_text() == "+memory +pids"
+    group = sandbox._RunCgroup(support, 3 * sandbox.GiB, 99)
+    folder = group.made[0]
+    assert (folder / "memory.max").read_text() == str(3 * sandbox.GiB) and (folder / "pids.max").read_text() == "99"
+    wrapped = group.wrap(["bwrap", "x"])
+    assert wrapped[:2] == ["sh", "-c"] and wrapped[-4:] == ["1", str(folder / "cgroup.procs"), "bwrap", "x"]
+    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert group.oom_killed()
+    (own / "cgroup.controllers").write_text("cpu io\n")
+    assert sandbox._probe_v2() == f"cgroup v2 at {own} lacks the memory and pids controller"

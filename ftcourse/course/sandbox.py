@@ -83,7 +83,7 @@ class SandboxRun:
     seconds: float
     timed_out: bool = False
     flooded: bool = False
-    cgroup: str = ""  # how the whole sandbox was limited ("cgroup v2", "cgroup v1", "systemd-run"), "" if not
+    cgroup: str = ""  # how the whole sandbox was limited (``Cgroups.kind``), "" if it was not
     oom_killed: bool = False  # the whole-sandbox memory limit killed a process
 
 
@@ -181,8 +181,8 @@ _runs = itertools.count()
 @dataclass(frozen=True)
 class Cgroups:
     """How each run's whole sandbox is limited here: ``kind`` ("cgroup v2", "cgroup v1",
-    "systemd-run"), the folders its cgroups are made in (``parents``: controller -> folder; v2's
-    controller is ""), or, when ``kind`` is "", what is missing."""
+    "systemd-run" or "systemd-run --user"), the folders its cgroups are made in (``parents``:
+    controller -> folder; v2's controller is ""), or, when ``kind`` is "", what is missing."""
 
     kind: str
     parents: tuple = ()
@@ -284,14 +284,17 @@ def _probe_v1():
 def _probe_systemd():
     if not shutil.which("systemd-run"):
         return "systemd-run is not installed"
+    # Not root: the user's own systemd instance makes the scope (a delegated cgroup v2 subtree).
+    base = ["systemd-run"] + (["--user"] if os.geteuid() != 0 else [])
     try:
-        done = subprocess.run(["systemd-run", "--scope", "--quiet", "--collect", "-p", "MemoryMax=1G",
+        done = subprocess.run([*base, "--scope", "--quiet", "--collect", "-p", "MemoryMax=1G",
                                "-p", "TasksMax=64", "--", "true"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"systemd-run --scope failed ({error})"
     if done.returncode != 0:
-        return f"systemd-run --scope failed ({(done.stderr.strip().splitlines() or ['exit ' + str(done.returncode)])[0]})"
-    return Cgroups("systemd-run")
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[0]
+        return f"{' '.join(base)} --scope failed ({why})"
+    return Cgroups(" ".join(base))
 
 
 @functools.lru_cache(maxsize=1)
@@ -377,8 +380,8 @@ class _RunCgroup:
         name = f"{CGROUP_PREFIX}-{os.getpid()}-{next(_runs)}"
         self.memory_folder = None
         try:
-            if support.kind == "systemd-run":
-                self.prefix = ["systemd-run", "--scope", "--quiet", "--collect", "-p", f"MemoryMax={memory}",
+            if support.kind.startswith("systemd-run"):
+                self.prefix = [*support.kind.split(), "--scope", "--quiet", "--collect", "-p", f"MemoryMax={memory}",
                                "-p", "MemorySwapMax=0", "-p", f"TasksMax={tasks}", "--"]
                 return
             for controller, parent in support.parents:
