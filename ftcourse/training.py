@@ -293,10 +293,12 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
 
     config = config or TrainConfig()
     torch.manual_seed(config.seed)  # dropout and data order follow the run's seed
-    # Mixed precision through accelerate: autocast around the forward pass, fp32 weights and
-    # optimiser state, and a loss scaler for fp16.
-    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[autocast_precision(config.precision, _default_device())]
-    accelerator = accelerator or Accelerator(mixed_precision=mixed)
+    accelerator = accelerator or Accelerator()
+    # Mixed precision as autocast around the forward pass, fp32 weights and optimiser state,
+    # and a loss scaler for fp16. Not accelerate's mixed_precision: its state is one per
+    # process, so a kernel that ran one precision could not then run another.
+    precision = autocast_precision(config.precision, accelerator.device)
+    scaler = torch.amp.GradScaler(accelerator.device.type) if precision == "fp16" else None
     # The loader is sharded here, not by accelerator.prepare: accelerate's sharding assumes
     # equal-sized batches and repeats examples to even out the last round.
     loader = make_loader(train_data, config.batch_size, shuffle=True, seed=config.seed, pad_token_id=pad_token_id,
@@ -317,11 +319,18 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
         losses, seen = [], 0
         for step, batch in enumerate(loader):
             batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
-            loss = model(**batch)["loss"]
-            accelerator.backward(loss)
+            with autocast(precision, accelerator.device):
+                loss = model(**batch)["loss"]
+            accelerator.backward(scaler.scale(loss) if scaler else loss)
+            if scaler:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             if config.max_grad_norm is not None:
                 accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
+            if scaler:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             # Kept on the device: reading a loss (.item()) would make a GPU wait every step.
@@ -341,10 +350,6 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
             bar.set_postfix(loss=f"{history.losses[-1]:.3f}", **{k: f"{v:.3f}" for k, v in history.metrics[-1].items()})
     bar.close()
     return history
-
-
-def _default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _adamw(groups, lr: float, device) -> torch.optim.Optimizer:
