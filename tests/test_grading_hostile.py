@@ -25,6 +25,8 @@ TAG = uuid.uuid4().hex[:12]
 OUTSIDE = {"home": os.path.expanduser(f"~/ftcourse-hostile-{TAG}"), "tmp": f"/tmp/ftcourse-hostile-{TAG}",
            "repo": str(REPO_ROOT / f"ftcourse-hostile-{TAG}")}
 
+LINKS = {"link_dev_zero": "/dev/zero", "link_etc_shadow": "/etc/shadow", "link_solution": str(SOLUTION)}
+
 TOP_LEVEL_TAMPERING = """\
 import importlib, sys, types
 import ftcourse.course.checks
@@ -142,7 +144,11 @@ def graded(tmp_path_factory):
     (folder / "not_json" / NAME).write_text("{ this is not a notebook")
     (folder / "other_exercise").mkdir()
     shutil.copy(REPO_ROOT / "notebooks" / "02_feature_readout.ipynb", folder / "other_exercise" / NAME)
-    hashes = {path: grading.sha256(path) for path in folder.rglob("*.ipynb")}
+    # Links a student hands in instead of a notebook: to a device, to a file only root may read, to the solution.
+    for case, target in LINKS.items():
+        (folder / case).mkdir()
+        (folder / case / NAME).symlink_to(target)
+    hashes = {path: grading.sha256(path) for path in folder.rglob("*.ipynb") if not path.is_symlink()}
     gradebook = tmp_path_factory.mktemp("book") / "gradebook"
     memory = PeakRSS()
     memory.start()
@@ -153,7 +159,8 @@ def graded(tmp_path_factory):
         memory.join()
     print(f"grader peak RSS growth while grading the class: {memory.peak - memory.base:.0f} MiB")
     print("\n".join(f"{r.student}: {r.status}, {r.seconds:.0f} s" for r in results))
-    assert {path: grading.sha256(path) for path in folder.rglob("*.ipynb")} == hashes  # submissions untouched
+    assert {path: grading.sha256(path) for path in folder.rglob("*.ipynb")
+            if not path.is_symlink()} == hashes  # submissions untouched
     return {"rows": {r.student: r for r in results}, "folder": folder, "gradebook": gradebook,
             "memory": memory.peak - memory.base}
 
@@ -245,6 +252,14 @@ def test_killing_the_kernel_non_json_and_another_exercise(graded):
         assert_nothing_passes(row(graded, case))
 
 
+def test_links_to_a_device_a_secret_and_the_solution_are_refused_unread(graded):
+    for case in LINKS:
+        result = row(graded, case)
+        assert result.status == "refused: not a regular file (symlink)", grading.details(result)
+        assert result.sha256 == "" and result.seconds == 0
+        assert_nothing_passes(result)
+
+
 def test_an_infinite_loop_times_out(tmp_path):
     if sandbox.bwrap() is None:
         pytest.skip("bwrap missing (the class fixture says so)")
@@ -270,6 +285,9 @@ def test_the_gradebook_has_a_row_per_student_and_a_rerun_skips_graded_ones(grade
         raise AssertionError("an unchanged submission was graded again")
 
     monkeypatch.setattr(grading, "grade", must_not_grade)
+    # The same grader as the class run's (the course's files may have been edited since: that regrades).
+    assert len({s["grader"] for s in saved}) == 1
+    monkeypatch.setattr(grading, "grader_version", lambda: saved[0]["grader"])
     again = grading.grade_folder(graded["folder"], graded["gradebook"], env=ENV, progress=False)
     assert {r.student: r.status for r in again} == {s: r.status for s, r in graded["rows"].items()}
     monkeypatch.undo()
@@ -282,6 +300,9 @@ def test_the_gradebook_has_a_row_per_student_and_a_rerun_skips_graded_ones(grade
     calls = []
     real = grading.grade
     monkeypatch.setattr(grading, "grade", lambda *a, **k: calls.append(a) or real(*a, **k))
+    monkeypatch.setattr(grading, "grader_version", lambda: "pinned")  # an edit elsewhere must not regrade here
+    cli.main(["grade", str(small), "--gradebook", str(book), "--profile", "smoke"])
+    calls.clear()
     cli.main(["grade", str(small), "--gradebook", str(book), "--profile", "smoke"])
     assert calls == []
     (small / "not_json" / NAME).write_text("{ still not a notebook")
