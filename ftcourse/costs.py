@@ -333,3 +333,19 @@ def storage_widgets(config=None, rank: int = 8, n_tasks: int = 8, targets: Seque
         {"rank": rank_slider, "n_tasks": tasks_slider, "targets": target_choice},
     )
     return widgets.VBox([widgets.HBox([widgets.VBox([rank_slider, tasks_slider]), target_choice]), output])
+
+
+def lora_headline_figures(split: dict, backbone: int, per_task_bytes: int) -> list:
+    """Lesson 3's cost figures for its headline, measured on the real peft model (``split``
+    from ``split_trainable``, the ``backbone``'s parameter count, LoRA's ``per_task_bytes``),
+    each with the course's derived figure as its note: no paper printed these counts."""
+    from . import derived
+    from .report import Figure
+
+    claims = derived.claims()
+    return [Figure("LoRA r8 parameters on bert-base", split["adapter"], None, "parameters",
+                   f"derived: {claims['lora_parameters']:,}"),
+            Figure("LoRA r8 share of bert-base", round(100 * split["adapter"] / backbone, 2), None, "%",
+                   f"derived: {claims['lora_percent']:.2f}"),
+            Figure("LoRA per task, with its head", round(per_task_bytes / MIB, 2), None, "MiB",
+                   f"derived: {claims['lora_task_mib']:.2f}")]

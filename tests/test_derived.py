@@ -29,3 +29,11 @@ def test_a_derived_column_is_never_called_published():
     assert table.columns == ["quantity", "measured", "derived", "unit"]
     with pytest.raises(ValueError, match="'published' .* or 'derived'"):
         report.versus([], against="paper")
+
+
+def test_lesson_3s_headline_figures_carry_the_derived_figure_as_a_note():
+    peft_model = costs.lora_sequence_classifier(rank=8, targets=("query", "value"))
+    split = costs.split_trainable(peft_model)
+    figures = costs.lora_headline_figures(split, costs.backbone_parameters(), 4 * (split["adapter"] + split["head"]))
+    assert [f.measured for f in figures] == [294_912, 0.27, 1.13] and all(f.published is None for f in figures)
+    assert figures[0].note == "derived: 294,912"

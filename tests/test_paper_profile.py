@@ -17,7 +17,7 @@ from ftcourse import config, data, models
 
 pytestmark = pytest.mark.paper
 
-BERT_BASE_BACKBONE = 109_482_240  # with its pooler (published.BERT_BASE["parameters"])
+BERT_BASE_BACKBONE = 109_482_240  # with its pooler (derived.bert_base_parameters())
 POOLER = 768 * 768 + 768
 
 

@@ -198,9 +198,13 @@ def test_pooling_conclusions_are_computed_and_say_where_the_paper_disagrees():
     raw = {("cls", 0): 1.0, ("mean", 0): 30.0, ("cls", 1): 14.0, ("mean", 1): 36.0}
     paper = similarity.published_rows()
     measured = {"raw encoder [CLS]": 14.0, "raw encoder mean": 36.0, "averaged GloVe": 41.0}
-    lines = similarity.pooling_conclusions(raw, 41.0, 82.0, {"mean": 57.0, "cls": 55.5}, measured, paper)
+    lines = similarity.pooling_conclusions(raw, 41.0, 82.0, {"mean": 57.0, "cls": 55.5}, measured, paper,
+                                           siamese_test={"mean": 56.0, "cls": 55.0})
     assert lines[0] == "raw [CLS] is below averaged GloVe (paper: yes): yes"
-    assert "weaker trained row minus raw [CLS]: +41.50 points (paper: +70.12)" in lines
+    assert "weaker trained row (dev) minus raw [CLS] (test): +41.50 points (paper: +70.12)" in lines
+    assert "trained mean minus trained [CLS], STS-B dev: +1.50 points (paper, dev: +0.82)" in lines
+    assert "the same gap on STS-B test: +1.00 points (the paper gives no test figure for it)" in lines
+    assert paper[similarity.trained_row("mean", "dev")] == 87.44 and similarity.trained_row("cls", "test") not in paper
     assert lines[-1] == "more than 10 points from the paper: raw encoder mean, averaged GloVe"
     matrix = np.array([[1.0, 0.9, 0.2], [0.9, 1.0, 0.1], [0.2, 0.1, 1.0]])
     assert similarity.spread_line("m", matrix, [(0, 1)]).endswith("paraphrase pairs average 0.900, all pairs average 0.400")

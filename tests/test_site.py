@@ -471,3 +471,13 @@ def test_no_solution_page_is_reachable_from_the_students_site(tmp_path):
         page.screenshot(path=tmp_path / "students-landing.png", full_page=True)
     assert not any("solution" in h or "instructors" in h for h in hrefs), hrefs
     assert not left and not problems, "\n".join(problems)
+
+
+def test_every_notebook_installs_the_course_from_its_address_in_a_fresh_runtime():
+    """The first code cell works in a checkout (the package is there) and in a fresh Colab
+    runtime (it installs the course from the repository set in pyproject.toml)."""
+    for path in course_notebooks():
+        first = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        assert 'importlib.util.find_spec("ftcourse") is None' in first.source, path.name
+        assert f'"ftcourse @ git+{_course_repository()}"' in first.source, path.name
+        assert "ftcourse.setup()" in first.source, path.name

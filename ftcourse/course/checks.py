@@ -18,14 +18,14 @@ import torch
 from torch import nn
 
 from ..heads import count_parameters
-from ..published import LORA_BERT_BASE
+from .. import derived
 from ..regimes import REGIMES
 
-LORA_RANK = LORA_BERT_BASE["rank"]
-LORA_TARGETS = tuple(LORA_BERT_BASE["targets"])
+LORA_RANK = derived.LORA_RANK
+LORA_TARGETS = tuple(derived.LORA_TARGETS)
 #: bert-base-uncased, LoRA r=8 on query and value: 12 layers x 2 matrices x (768x8 + 8x768).
-BERT_BASE_LORA_PARAMETERS = LORA_BERT_BASE["parameters"]
-BERT_BASE_LORA_PERCENT = LORA_BERT_BASE["percent"]
+BERT_BASE_LORA_PARAMETERS = derived.lora_parameters(LORA_RANK, LORA_TARGETS)  # from the formula
+BERT_BASE_LORA_PERCENT = round(derived.share_percent(BERT_BASE_LORA_PARAMETERS, derived.bert_base_parameters()), 2)
 RESULT_KEYS = ("regime", "accuracy", "seconds_per_epoch", "trainable", "peak_mib")
 
 
