@@ -76,6 +76,9 @@ class Profile:
     adapter_train_size: int | None = 2048  # CoNLL-2003 sentences for lesson 3's tagging adapter
     adapter_head_lr: float = 1e-3  # the tagging adapter's new token-level head
     # The bert-base exercise (solutions/05): an SST-2 subset, every regime, several seeds.
+    # Lesson 1 runs the course text's loop as printed on a slice of its SST-2 training set,
+    # beside training.train on the same slice (three runs of 3 epochs each).
+    text_loop_size: int = 500
     exercise_train_size: int | None = 2000  # SST-2 training sentences (None = all)
     exercise_eval_size: int | None = None  # SST-2 dev sentences (None = all 872)
     exercise_epochs: int = 3
@@ -161,33 +164,33 @@ PROFILES = {
     ),
 }
 
-# The offline profile shrunk until whole notebooks run in seconds: for tests and the
-# grader's own tests (``ftcourse grade --profile smoke``). Its numbers mean nothing.
-PROFILES["smoke"] = PROFILES["offline"].with_(
+def shrunk(base: Profile, examples: int, **changes) -> Profile:
+    """``base`` shrunk until whole notebooks run in seconds, for tests: ``examples`` for each
+    run's training subset, one epoch, one seed. Its numbers mean nothing."""
+    return base.with_(epochs=1, finetune_epochs=1, siamese_epochs=1, exercise_epochs=1,
+                      learning_curve_sizes=(examples // 2, examples), learning_curve_seeds=(0,),
+                      learning_curve_min_examples=examples, learning_curve_eval_size=64,
+                      adapter_train_size=examples, exercise_train_size=examples, exercise_eval_size=examples,
+                      stability_seeds=(0,), **changes)
+
+
+# The offline profile shrunk: for tests and the grader's own tests (``ftcourse grade --profile smoke``).
+PROFILES["smoke"] = shrunk(
+    PROFILES["offline"], 32,
     name="smoke",
     description="the offline profile shrunk to seconds, for testing notebooks end to end (numbers mean nothing)",
     train_sizes={name: 64 for name in PROFILES["offline"].train_sizes},
     eval_sizes={name: 64 for name in PROFILES["offline"].eval_sizes},
     max_length=32,
-    finetune_epochs=1,
-    epochs=1,
-    siamese_epochs=1,
-    learning_curve_sizes=(16, 32),
-    learning_curve_seeds=(0,),
-    learning_curve_min_examples=32,
-    learning_curve_eval_size=64,
-    adapter_train_size=32,
-    exercise_train_size=32,
-    exercise_eval_size=32,
-    exercise_epochs=1,
-    stability_seeds=(0,),
 )
 
 # ----------------------------------------------------------------------------- issue 16
 # The paper profile's models and code path (bert-base-uncased and SBERT-NLI-base, from the
 # hub or its cache) on a few dozen examples: every notebook end to end on a CPU in CI, with
 # random stand-ins in an offline hub cache (tests/test_paper_profile.py). Numbers mean nothing.
-PROFILES["paper-smoke"] = PROFILES["paper"].with_(
+# learning_curve_eval_size stays 64: lesson 3 times the merged adapter on a batch of 64 dev sentences.
+PROFILES["paper-smoke"] = shrunk(
+    PROFILES["paper"], 16,
     name="paper-smoke",
     description="the paper profile's models and code path on a few dozen examples, for testing "
     "notebooks end to end on a CPU (numbers mean nothing)",
@@ -195,20 +198,8 @@ PROFILES["paper-smoke"] = PROFILES["paper"].with_(
     eval_sizes={"sst2": 32, "conll2003": 32, "stsb": 32},
     max_length=64,  # as offline: at 32, lesson 1's question-answer example loses its answer span
     batch_size=16,
-    epochs=1,
     lstm_hidden=32,  # the head's size does not change the code path; 768 would only cost time
     readout_epochs=1,
-    finetune_epochs=1,
-    learning_curve_sizes=(8, 16),
-    learning_curve_seeds=(0,),
-    learning_curve_min_examples=16,
-    learning_curve_eval_size=64,  # lesson 3 times the merged adapter on a batch of 64 dev sentences
-    adapter_train_size=16,
-    siamese_epochs=1,
-    exercise_train_size=16,
-    exercise_eval_size=16,
-    exercise_epochs=1,
-    stability_seeds=(0,),
 )
 
 # Online students without a GPU: a real raw BERT from the hub (Google's BERT-mini, 4 x 256,

@@ -143,3 +143,17 @@ def test_a_folder_entry_written_twice_keeps_the_first(tmp_path):
             (private / "weights").write_text(content)
     assert (folder / "weights").read_text() == "first"
     assert [p.name for p in folder.parent.iterdir()] == ["mean-abc"]
+
+
+def test_a_log_gets_a_line_even_in_the_middle_of_a_long_cell(tmp_path, capsys):
+    path = small_notebook(tmp_path / "notebooks" / "01_lesson.ipynb", "import time; time.sleep(60)")
+    progress = notebooks.BuildProgress([path], {}, live=False, every=0.0)
+    progress.start(path)
+    capsys.readouterr()
+    progress.tick()  # no cell has finished yet
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("notebooks/01_lesson") and "0/1   cells" in line and "time left unknown" in line
+    progress.finish(path, "ok", 1.0)
+    capsys.readouterr()
+    progress.tick()  # a finished notebook says nothing more
+    assert capsys.readouterr().out == ""

@@ -74,12 +74,17 @@ def test_landing_page_shows_each_headline_published_beside_measured_or_says_none
     assert text.index("01_composition") < text.index("02_feature_readout")
 
 
-def test_the_exercise_shows_its_solutions_headline_and_the_solution_is_for_instructors(tmp_path):
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "solutions").mkdir()
+def _exercise_course(root: Path) -> None:
+    """The student exercise, and its solution with a headline."""
+    (root / "notebooks").mkdir()
+    (root / "solutions").mkdir()
     solved = report.headline("05", "Exercise: three regimes", "offline", [("LoRA accuracy", 0.531)])
-    nbformat.write(_notebook("Exercise"), tmp_path / "notebooks" / "05_exercise_bert_base.ipynb")
-    nbformat.write(_notebook("Exercise", solved), tmp_path / "solutions" / "05_exercise_bert_base.ipynb")
+    nbformat.write(_notebook("Exercise"), root / "notebooks" / "05_exercise_bert_base.ipynb")
+    nbformat.write(_notebook("Exercise", solved), root / "solutions" / "05_exercise_bert_base.ipynb")
+
+
+def test_the_exercise_shows_its_solutions_headline_and_the_solution_is_for_instructors(tmp_path):
+    _exercise_course(tmp_path)
     found = site.entries(tmp_path)
     text = site.landing_page(found, "")
     lessons, instructors = text.split("## For instructors")
@@ -90,11 +95,7 @@ def test_the_exercise_shows_its_solutions_headline_and_the_solution_is_for_instr
 
 
 def test_the_students_landing_page_has_no_solution_nor_its_figures(tmp_path):
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "solutions").mkdir()
-    solved = report.headline("05", "Exercise: three regimes", "offline", [("LoRA accuracy", 0.531)])
-    nbformat.write(_notebook("Exercise"), tmp_path / "notebooks" / "05_exercise_bert_base.ipynb")
-    nbformat.write(_notebook("Exercise", solved), tmp_path / "solutions" / "05_exercise_bert_base.ipynb")
+    _exercise_course(tmp_path)
     found = site.entries(tmp_path, audience="students")
     assert [e.page.path for e in found] == ["notebooks/05_exercise_bert_base"]
     text = site.landing_page(found, "", audience="students")

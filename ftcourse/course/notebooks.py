@@ -17,6 +17,7 @@ import html
 import os
 import re
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -240,8 +241,8 @@ class BuildProgress:
         self.code_cells = {self.key(p): [i for i, c in enumerate(nbformat.read(p, as_version=4).cells)
                                          if c.cell_type == "code"] for p in paths}
         self.measured: dict[str, dict] = {}
-        self._bars, self._started, self._printed, self._done = {}, {}, {}, {}
-        self._lock = __import__("threading").Lock()
+        self._bars, self._started, self._printed, self._done, self._last_cell = {}, {}, {}, {}, {}
+        self._lock = threading.Lock()
 
     @staticmethod
     def key(path: Path) -> str:
@@ -287,6 +288,17 @@ class BuildProgress:
             elif time.perf_counter() - self._printed[key] >= self.every:
                 self._printed[key] = time.perf_counter()
                 print(self.line(key, index), flush=True)
+            self._last_cell[key] = index
+
+    def tick(self) -> None:
+        """On a log, a line for each notebook that printed nothing for ``every`` seconds, even
+        in the middle of a long cell: a build never goes quiet for minutes."""
+        with self._lock:
+            for key in list(self._started):
+                if key in self.measured and self.measured[key]["seconds"] == 0.0 and \
+                        time.perf_counter() - self._printed[key] >= self.every:
+                    self._printed[key] = time.perf_counter()
+                    print(self.line(key, self._last_cell.get(key)), flush=True)
 
     def finish(self, path: Path, outcome: str, seconds: float) -> None:
         key = self.key(path)
@@ -354,6 +366,14 @@ def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = 
     status = {}
     start = time.perf_counter()
     progress = BuildProgress(paths, read_timings(out))
+    finished = threading.Event()
+
+    def ticker():
+        while not finished.wait(5.0):
+            progress.tick()
+
+    if not progress.live:
+        threading.Thread(target=ticker, daemon=True).start()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         running = {pool.submit(_execute_into, path, out, timeout, threads, progress): path
                    for path in build_order(paths)}
@@ -361,6 +381,7 @@ def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = 
             path = running[done]
             outcome, _ = done.result()
             status[f"{path.parent.name}/{path.stem}"] = outcome
+    finished.set()
     progress.save(out)
     print(f"all notebooks: {time.perf_counter() - start:.0f} s", flush=True)
     failures = sum(outcome.startswith("FAILED") for outcome in status.values())
