@@ -15,6 +15,13 @@ table for the README. The committed notebooks are never written.
 
 The full run takes hours on 2 cores: run it on a quiet machine. ``--profile paper-smoke``
 (a few dozen examples) and ``--only 01`` prove the script works in a minute.
+
+``--estimate`` takes minutes instead: it measures, in one process and one thread, a training
+step and a forward pass of bert-base (``BertConfig()``, random weights: the compute does not
+depend on them) against the same of each offline encoder, and scales each notebook's measured
+offline time (``data/notebook_timings.json``, one thread, from the last measured build) by the
+ratio of the encoder that dominates it. An extrapolation, and an upper bound: the parts of a
+lesson that do not run the encoder (heads on cached features, data loading) do not grow.
 """
 
 from __future__ import annotations
@@ -79,6 +86,72 @@ def measure(profile: str = "laptop", only: list[str] | None = None, timeout: int
     return rows
 
 
+#: The encoder whose compute dominates each notebook in the offline profile (bench/README.md).
+DOMINANT_ENCODER = {"notebooks/01_composition": "encoder", "notebooks/02_feature_readout": "encoder",
+                    "notebooks/03_costs_and_lora": "encoder", "notebooks/04_cls_vs_sbert": "raw_encoder",
+                    "notebooks/05_exercise_bert_base": None, "solutions/05_exercise_bert_base": "encoder"}
+
+
+def _step_seconds(model, batch: int = 16, tokens: int = 48, steps: int = 3, train: bool = True) -> float:
+    import torch
+
+    ids = torch.randint(1000, 20000, (batch, tokens))
+    mask = torch.ones_like(ids)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    best = float("inf")
+    for _ in range(steps + 1):  # the first is a warm-up
+        start = time.perf_counter()
+        if train:
+            model(input_ids=ids, attention_mask=mask).last_hidden_state.float().pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            with torch.inference_mode():
+                model(input_ids=ids, attention_mask=mask)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def estimate() -> list[dict]:
+    """Each notebook's time with bert-base at the offline sizes, extrapolated (see the module doc)."""
+    import json
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from ftcourse import config, models
+
+    torch.set_num_threads(1)  # as make course runs each kernel
+    offline = config.get_profile("offline")
+    bert_base = BertModel(BertConfig(), add_pooling_layer=False)
+    ratios = {}
+    for role in ("encoder", "raw_encoder"):
+        small = models.load_encoder(offline, role=role, add_pooling_layer=False)
+        ratios[role] = {kind: _step_seconds(bert_base, train=train) / _step_seconds(small, train=train)
+                        for kind, train in (("train", True), ("forward", False))}
+        print(f"bert-base / offline {role} ({models.describe(offline)[role]}): training step "
+              f"{ratios[role]['train']:.1f}x, forward {ratios[role]['forward']:.1f}x", flush=True)
+    timings = json.loads((REPO / "data" / "notebook_timings.json").read_text())
+    rows = []
+    for key, role in DOMINANT_ENCODER.items():
+        seconds = timings.get(key, {}).get("seconds")
+        if seconds is None:
+            continue
+        factor = ratios[role]["train"] if role else 1.0
+        rows.append({"notebook": f"{key}.ipynb", "seconds": seconds * factor, "offline_seconds": seconds,
+                     "factor": factor, "role": role})
+    return rows
+
+
+def estimate_markdown(rows: list[dict]) -> str:
+    lines = ["| notebook | bert-base, 1 thread | how | offline profile, 1 thread |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        how = (f"extrapolated: offline time x {r['factor']:.1f} (bert-base / offline {r['role']} training step)"
+               if r["role"] else "the stubs stop at the first exercise: no training")
+        lines.append(f"| `{r['notebook']}` | {r['seconds'] / 60:.0f} min | {how} | {r['offline_seconds'] / 60:.1f} min |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| notebook | wall time | CPU time | |", "| --- | --- | --- | --- |"]
     lines += [f"| `{r['notebook']}` | {r['seconds'] / 60:.1f} min | {r['cpu_seconds'] / 60:.1f} min | {r['status']} |"
@@ -91,12 +164,22 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", default="laptop",
                         help="whose sizes: laptop (the offline profile's, default) or paper-smoke (a quick check)")
     parser.add_argument("--only", nargs="*", default=None, help="notebooks whose names contain these, e.g. 01 03")
+    parser.add_argument("--estimate", action="store_true",
+                        help="minutes, not hours: extrapolate from measured steps (see the module doc)")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)
     from .common import machine
 
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"machine: {machine()}", flush=True)
+    if args.estimate:
+        from .common import quiet
+
+        quiet()
+        rows = estimate()
+        print(f"\nEstimated {started} with `python -m bench paper_cpu --estimate` on: {machine()}\n")
+        print(estimate_markdown(rows))
+        return 0
     rows = measure(args.profile, args.only)
     print(f"\nMeasured {started} with `python -m bench paper_cpu --profile {args.profile}` on: {machine()}\n")
     print(markdown(rows))
