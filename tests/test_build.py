@@ -2,6 +2,7 @@
 entries that two notebooks may write at the same time."""
 
 import os
+import time
 from pathlib import Path
 
 import nbformat
@@ -157,3 +158,15 @@ def test_a_log_gets_a_line_even_in_the_middle_of_a_long_cell(tmp_path, capsys):
     capsys.readouterr()
     progress.tick()  # a finished notebook says nothing more
     assert capsys.readouterr().out == ""
+
+
+def test_a_kernel_is_shut_down_when_its_notebook_is_done(tmp_path):
+    import psutil
+
+    path = small_notebook(tmp_path / "notebooks" / "01_lesson.ipynb", "import os; print(os.getpid())")
+    executed = notebooks.execute(path, timeout=120)
+    pid = int(executed.cells[0].outputs[0]["text"])
+    deadline = time.time() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
+        time.sleep(0.2)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

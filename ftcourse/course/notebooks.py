@@ -151,13 +151,19 @@ def execute(path: Path, *, timeout: int = 1800, allow_errors: bool = False, cwd:
             on_cell_execute=cell_started,
             on_cell_executed=cell_executed,
         )
-        kernel = {}
+        # cleanup_kc: shut the kernel down at the end although the client did not make its
+        # manager (nbclient leaves a manager it was handed running: six idle kernels of a build
+        # would stay in memory until the build ends).
+        kernel = {"cleanup_kc": True}
         if threads is not None:
             kernel["env"] = {**os.environ, **{name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
         try:
             client.execute(**kernel)
         except CellExecutionError as error:
             raise NotebookError(path, nb, error) from error
+        finally:
+            if manager.has_kernel:
+                manager.shutdown_kernel(now=True)
     return clean(nb)
 
 
