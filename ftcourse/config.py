@@ -78,7 +78,7 @@ class Profile:
     # The bert-base exercise (solutions/05): an SST-2 subset, every regime, several seeds.
     # Lesson 1 runs the course text's loop as printed on a slice of its SST-2 training set,
     # beside training.train on the same slice (three runs of 3 epochs each).
-    text_loop_size: int = 500
+    text_loop_size: int = 320
     exercise_train_size: int | None = 2000  # SST-2 training sentences (None = all)
     exercise_eval_size: int | None = None  # SST-2 dev sentences (None = all 872)
     exercise_epochs: int = 3

@@ -20,7 +20,7 @@ import pytest
 
 from ftcourse.config import REPO_ROOT
 
-from test_site import CHROMIUM, CHROMIUM_FLAGS, SCREENSHOTS, _unavailable
+from test_site import SCREENSHOTS, local_browser, require_browser
 
 pytestmark = pytest.mark.slow
 
@@ -38,17 +38,6 @@ LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
 }
-
-
-def _require_browser() -> None:
-    """Without Chromium or Playwright: a skip on a laptop, a failure in CI (as test_site's check)."""
-    if not CHROMIUM.exists():
-        _unavailable(f"Chromium is not installed ({CHROMIUM} is missing). Fix: `make system-packages` "
-                     "(apt-get install chromium), or set FTCOURSE_CHROMIUM to a Chromium binary.")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        _unavailable("The playwright package is missing. Fix: `make install`.")
 
 
 def _free_port() -> int:
@@ -105,7 +94,7 @@ def lab(tmp_path):
     """``jupyter lab`` on 127.0.0.1 and a free port, headless, on a copy of notebooks/ (the
     repository's are never opened), with this process's environment (FTCOURSE_DATA, the cache,
     HF_HUB_OFFLINE...). Yields (origin, token, the copy's root, the server's log); always stopped."""
-    _require_browser()  # before a server starts for nothing
+    require_browser()  # before a server starts for nothing
     root = tmp_path / "course"
     shutil.copytree(REPO_ROOT / "notebooks", root / "notebooks",
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
@@ -186,76 +175,58 @@ def test_lesson3_storage_widget_redraws_its_table_when_the_rank_slider_moves_in_
     repository_before = _digests(REPO_ROOT / "notebooks")
     copy_before = _digests(root / "notebooks")
     widget_cell = _widget_cell()
-    from playwright.sync_api import Error as PlaywrightError, TimeoutError as PlaywrightTimeout, sync_playwright
-    host = urllib.parse.urlsplit(origin).netloc
-    left, errors = [], []
-    with sync_playwright() as playwright:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    errors = []
+    with local_browser(origin, viewport=(1400, 1000)) as (context, left):
+        page = context.new_page()
+        page.on("pageerror", lambda e: errors.append(f"script error: {e}"))
+        page.goto(f"{origin}/lab/tree/notebooks/{LESSON}?token={token}")
+        cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+        cells.nth(widget_cell + 1).wait_for(timeout=60_000)
+        # the kernel (the notebook's python3) started and idle before anything runs
+        page.locator(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(
+            timeout=60_000)
+
+        # Run > Run All Above Selected Cell, on the cell after the widget's: the lesson's cells
+        # up to the widget compute on bert-base's config (meta device); the later ones train.
+        cells.nth(widget_cell + 1).click()
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Above Selected Cell$")).click()
+
+        cell = cells.nth(widget_cell)
+        rank = cell.locator(".widget-slider", has=page.locator(".widget-label", has_text="rank r"))
+        table = cell.locator(".widget-output")
         try:
-            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
-        except PlaywrightError as error:
-            _unavailable(f"Chromium ({CHROMIUM}) does not start: {str(error).splitlines()[0]}")
-        try:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-
-            def only_this_machine(route):
-                url = urllib.parse.urlsplit(route.request.url)
-                if url.scheme in ("data", "blob") or url.netloc == host:
-                    route.continue_()
-                else:
-                    left.append(route.request.url)
-                    route.abort()
-
-            context.route("**/*", only_this_machine)
-            page = context.new_page()
-            page.on("pageerror", lambda e: errors.append(f"script error: {e}"))
-            page.goto(f"{origin}/lab/tree/notebooks/{LESSON}?token={token}")
-            cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
-            cells.nth(widget_cell + 1).wait_for(timeout=60_000)
-            # the kernel (the notebook's python3) started and idle before anything runs
-            page.locator(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(
-                timeout=60_000)
-
-            # Run > Run All Above Selected Cell, on the cell after the widget's: the lesson's cells
-            # up to the widget compute on bert-base's config (meta device); the later ones train.
-            cells.nth(widget_cell + 1).click()
-            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Above Selected Cell$")).click()
-
-            cell = cells.nth(widget_cell)
-            rank = cell.locator(".widget-slider", has=page.locator(".widget-label", has_text="rank r"))
-            table = cell.locator(".widget-output")
-            try:
-                rank.locator(".noUi-handle").wait_for(timeout=RUN_TIMEOUT)
-                page.wait_for_function("e => /^LoRA\\s/m.test(e.innerText)", arg=table.element_handle(),
-                                       timeout=30_000)
-            except PlaywrightTimeout:
-                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=SCREENSHOT)
-                pytest.fail(f"the widget (its rank slider and table) did not show within {RUN_TIMEOUT // 1000} s "
-                            f"(screenshot: {SCREENSHOT}); the widget cell shows:\n{cell.inner_text()[-3000:]}\n"
-                            f"error outputs:\n{_cell_errors(page)}\nscript errors: {errors}\nserver:\n{_tail(log)}")
-            before = _lora_row(table.inner_text())
-            assert before[1] == "r=8 on query, value" and tuple(before[2:5:2]) == _expected_lora_row(8), before
-            image_before = table.locator("img").first.get_attribute("src")
-
-            rank.locator(".noUi-handle").focus()
-            for _ in range(5):
-                page.keyboard.press("ArrowRight")
-            try:
-                rank.locator(".widget-readout", has_text=re.compile(r"^\s*13\s*$")).wait_for(timeout=10_000)
-                page.wait_for_function("e => /^LoRA\\s+r=13 on/m.test(e.innerText)", arg=table.element_handle(),
-                                       timeout=30_000)
-            except PlaywrightTimeout:
-                pytest.fail(f"after 5 x ArrowRight on the rank slider (8 -> 13) the readout shows "
-                            f"{rank.locator('.widget-readout').inner_text()!r} and the table:\n{table.inner_text()}")
-            page.wait_for_timeout(1000)  # a redraw still queued from the intermediate ranks would show here
-            after = _lora_row(table.inner_text())
-            image_after = table.locator("img").first.get_attribute("src")
+            rank.locator(".noUi-handle").wait_for(timeout=RUN_TIMEOUT)
+            page.wait_for_function("e => /^LoRA\\s/m.test(e.innerText)", arg=table.element_handle(),
+                                   timeout=30_000)
+        except PlaywrightTimeout:
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            rank.evaluate("e => e.scrollIntoView({block: 'start'})")  # the sliders, the table, the plot
             page.screenshot(path=SCREENSHOT)
-        finally:
-            browser.close()
+            pytest.fail(f"the widget (its rank slider and table) did not show within {RUN_TIMEOUT // 1000} s "
+                        f"(screenshot: {SCREENSHOT}); the widget cell shows:\n{cell.inner_text()[-3000:]}\n"
+                        f"error outputs:\n{_cell_errors(page)}\nscript errors: {errors}\nserver:\n{_tail(log)}")
+        before = _lora_row(table.inner_text())
+        assert before[1] == "r=8 on query, value" and tuple(before[2:5:2]) == _expected_lora_row(8), before
+        image_before = table.locator("img").first.get_attribute("src")
+
+        rank.locator(".noUi-handle").focus()
+        for _ in range(5):
+            page.keyboard.press("ArrowRight")
+        try:
+            rank.locator(".widget-readout", has_text=re.compile(r"^\s*13\s*$")).wait_for(timeout=10_000)
+            page.wait_for_function("e => /^LoRA\\s+r=13 on/m.test(e.innerText)", arg=table.element_handle(),
+                                   timeout=30_000)
+        except PlaywrightTimeout:
+            pytest.fail(f"after 5 x ArrowRight on the rank slider (8 -> 13) the readout shows "
+                        f"{rank.locator('.widget-readout').inner_text()!r} and the table:\n{table.inner_text()}")
+        page.wait_for_timeout(1000)  # a redraw still queued from the intermediate ranks would show here
+        after = _lora_row(table.inner_text())
+        image_after = table.locator("img").first.get_attribute("src")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        rank.evaluate("e => e.scrollIntoView({block: 'start'})")  # the sliders, the table, the plot
+        page.screenshot(path=SCREENSHOT)
 
     assert after[1] == "r=13 on query, value", after
     trainable, per_task = _expected_lora_row(13)

@@ -209,20 +209,35 @@ BROKEN_IMAGES = """async () => {
 def _browser(folder: Path):
     """Chromium on the site in ``folder``, served on 127.0.0.1: yields (context, origin, left),
     where ``left`` collects every request for another machine (each is aborted, never sent)."""
+    with _serve(folder) as origin, local_browser(origin) as (context, left):
+        yield context, origin, left
+
+
+def require_browser() -> None:
+    """Chromium and Playwright, or a skip on a laptop and a failure in CI (``_unavailable``)."""
     if not CHROMIUM.exists():
         _unavailable(f"Chromium is not installed ({CHROMIUM} is missing). Fix: `make system-packages` "
                      "(apt-get install chromium), or set FTCOURSE_CHROMIUM to a Chromium binary.")
     try:
-        from playwright.sync_api import Error as PlaywrightError, sync_playwright
+        import playwright.sync_api  # noqa: F401
     except ImportError:
         _unavailable("The playwright package is missing. Fix: `make install`.")
-    with _serve(folder) as origin, sync_playwright() as playwright:
-        host = urllib.parse.urlsplit(origin).netloc
+
+
+@contextmanager
+def local_browser(origin: str, viewport=(1280, 900)):
+    """Headless Chromium that may load only from ``origin`` (and data: and blob: URLs): yields
+    (context, left), ``left`` collecting every request for another machine, each aborted."""
+    require_browser()
+    from playwright.sync_api import Error as PlaywrightError, sync_playwright
+
+    host = urllib.parse.urlsplit(origin).netloc
+    with sync_playwright() as playwright:
         try:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
         except PlaywrightError as error:
             _unavailable(f"Chromium ({CHROMIUM}) does not start: {str(error).splitlines()[0]}")
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         left = []
 
         def only_this_machine(route):
@@ -235,7 +250,7 @@ def _browser(folder: Path):
 
         context.route("**/*", only_this_machine)
         try:
-            yield context, origin, left
+            yield context, left
         finally:
             browser.close()
 
@@ -337,8 +352,10 @@ OVERFLOWING = """() => {
 def test_every_page_loads_in_headless_chromium(built_site):
     pages = sorted(p.relative_to(built_site).as_posix() for p in built_site.rglob("*.html")
                    if not p.relative_to(built_site).parts[0].startswith("_"))
-    shutil.rmtree(SCREENSHOTS, ignore_errors=True)  # no stale page left from an earlier site
-    SCREENSHOTS.mkdir(parents=True)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for stale in SCREENSHOTS.glob("*.png"):  # no stale page left from an earlier site (other tests' shots stay)
+        if not stale.name.startswith(("launch-", "lab-")):
+            stale.unlink()
     with _browser(built_site) as (context, origin, left):
         problems = _check_pages(context, origin, pages, SCREENSHOTS, _book_checks)
     assert not left, f"pages asked for things from other machines: {sorted(set(left))}"
