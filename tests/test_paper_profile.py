@@ -182,7 +182,8 @@ def test_hub_sources_need_no_dataset_script():
     # loader reads the parquet files the hub converted it to.
     assert data.HUB_SOURCES["conll2003"] == {"path": "eriktks/conll2003", "revision": "refs/convert/parquet"}
     assert {name: source["path"] for name, source in data.HUB_SOURCES.items()} == {
-        "conll2003": "eriktks/conll2003", "sst2": "stanfordnlp/sst2", "stsb": "sentence-transformers/stsb"}
+        "conll2003": "eriktks/conll2003", "sst2": "stanfordnlp/sst2", "sst5": "SetFit/sst5",
+        "stsb": "sentence-transformers/stsb"}
 
 
 def test_hub_conll2003_keeps_tokens_and_the_iob2_labels(hub_datasets):
@@ -332,7 +333,8 @@ def _exercise_solution(text):
     row = re.search(r"^lora +[\d.]+ +[\d.]+ +([\d,]+) +([\d.]+%)", text, re.MULTILINE)
     assert row and row.group(1) == "296,450" and round(float(row.group(2).rstrip("%")), 2) == 0.27, row
     assert "lora regime: OK (trainable 294,912 LoRA + 1,538 head parameters)" in text
-    assert "measured matches published: True" in text
+    # measured on the real peft model beside the course's formula, in a "derived" column
+    assert re.search(r"^LoRA r8 parameters on bert-base +294,912 +294,912 +parameters", text, re.MULTILINE), text[-2000:]
 
 
 NOTEBOOK_CHECKS = {
