@@ -8,6 +8,7 @@ the libraries' normal hub code path, as after a real download.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -149,6 +150,11 @@ def _hub_stand_ins(root):
     for split, labels in (("train", [1, 0]), ("validation", [0, 1]), ("test", [-1, -1])):  # GLUE's test: no labels
         rows = {"idx": [0, 1], "sentence": ["a gripping film ", "a tedious mess "], "label": labels}
         hf.Dataset.from_dict(rows, features=sst_features).to_parquet(root / "sst2" / "data" / f"{split}-00000-of-00001.parquet")
+    (root / "sst5").mkdir()  # SetFit/sst5: JSON lines with text, label and label_text
+    for split in ("train", "validation", "test"):
+        rows = [{"text": "a gripping film", "label": 4, "label_text": "very positive"},
+                {"text": "a tedious mess", "label": 0, "label_text": "very negative"}]
+        (root / "sst5" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "stsb").mkdir()
     for split in ("train", "validation", "test"):
         rows = {"sentence1": ["A man plays.", "A cat sits."], "sentence2": ["A man sings.", "A dog runs."],
@@ -169,7 +175,8 @@ def hub_datasets(tmp_path, monkeypatch):
 
     def load_dataset(path, name=None, revision=None, **kwargs):
         calls.append({"path": path, "name": name, "revision": revision, **kwargs})
-        local = {"eriktks/conll2003": "conll2003", "stanfordnlp/sst2": "sst2", "sentence-transformers/stsb": "stsb"}
+        local = {"eriktks/conll2003": "conll2003", "stanfordnlp/sst2": "sst2", "SetFit/sst5": "sst5",
+                 "sentence-transformers/stsb": "stsb"}
         return real(str(stand_ins / local[path]), name, **kwargs)
 
     monkeypatch.delenv("FTCOURSE_DATA", raising=False)
@@ -199,6 +206,13 @@ def test_hub_sst2_drops_the_unlabelled_test_split(hub_datasets):
     assert hub_datasets[0]["path"] == "stanfordnlp/sst2"
     assert list(sst) == ["train", "validation"] and sst["train"].column_names == ["sentence", "label"]
     assert sst["train"]["label"] == [1, 0] and data.label_names(sst["train"], "label") == data.SST2_LABELS
+
+
+def test_hub_sst5_reads_as_sentence_and_five_named_labels(hub_datasets):
+    sst5 = data.load_sst5("paper")
+    assert hub_datasets[0]["path"] == "SetFit/sst5"
+    assert list(sst5) == ["train", "validation", "test"] and sst5["train"].column_names == ["sentence", "label"]
+    assert sst5["test"]["label"] == [4, 0] and data.label_names(sst5["train"], "label") == data.SST5_LABELS
 
 
 def test_hub_stsb_scores_return_to_the_benchmark_scale(hub_datasets):
