@@ -25,31 +25,31 @@ class Row:
 
 
 def quiet() -> None:
-    """Offline and silent: benchmarks print their own figures, not library chatter."""
-    from ftcourse import config
-    from ftcourse.session import quiet_libraries
+    """The environment's profile made the session's (offline: the hub is never asked), and
+    silent: benchmarks print their own figures, not library chatter."""
+    from ftcourse import session
 
-    if config.get_profile().name == "offline":
-        os.environ["HF_HUB_OFFLINE"] = "1"
-    quiet_libraries()
+    session.setup(verbose=False)
     warnings.filterwarnings("ignore", message="The course encoder is missing")
 
 
 def pin_encoder() -> str:
-    """Snapshot the offline encoder's folder and point ``FTCOURSE_ENCODER`` at the copy, so
+    """Snapshot the offline encoder's folder and make the session's profile read the copy, so
     that every benchmark of a run uses the same weights even if the course encoder is
     retrained meanwhile. Returns a description of the encoder for the table."""
+    import dataclasses
     import shutil
     import tempfile
 
-    from ftcourse import models
+    from ftcourse import config, models
 
     source = models.model_source("encoder")
     shown = models.describe()["encoder"]
     if models.is_local(source):
         snapshot = Path(tempfile.mkdtemp(prefix="ftcourse-bench-encoder-"))
         shutil.copytree(source, snapshot, dirs_exist_ok=True)
-        os.environ["FTCOURSE_ENCODER"] = str(snapshot)
+        config.activate(dataclasses.replace(config.get_profile(), encoder=str(snapshot)))
+        os.environ["FTCOURSE_ENCODER"] = str(snapshot)  # and the benchmarks' child processes
     c = models.load_encoder(add_pooling_layer=False).config
     return (f"{shown} ({c.num_hidden_layers} layers, hidden {c.hidden_size}, "
             f"{c.num_attention_heads} heads, feed-forward {c.intermediate_size})")

@@ -8,6 +8,7 @@ A lesson imports these; each module is one idea, in the order the course meets t
 - ``models``: which model plays which role, loaded with a clear error when it cannot be had;
 - ``heads``: ``y = Predict_ω(Encoder_θ(x))`` and the four shapes of head;
 - ``training``: the transfer recipe as one small training loop;
+- ``cache``: the feature cache, tensors an encoder computed once, keyed by all they depend on;
 - ``readout``: which layer of a frozen encoder is worth reading (lesson 2);
 - ``regimes``: frozen, LoRA and full fine-tuning on the same data and budget (lessons 1, 3);
 - ``lora``: LoRA with peft, and one backbone serving many tasks (lesson 3);

@@ -1,7 +1,9 @@
 """Profiles and settings: which models, how much data, where the files are.
 
-One notebook serves every profile; only the profile changes. A profile is chosen by
-argument, else by the ``FTCOURSE_PROFILE`` environment variable, else ``offline``.
+One notebook serves every profile; only the profile changes. The profile is explicit:
+every function that depends on it takes ``profile=``; left out, it is the session's, the one
+``ftcourse.setup()`` chose. ``setup()`` is the only reader of the profile's environment
+variables (``profile_from_environment``); nothing else overrides a profile field.
 
 Settings (environment variables):
 
@@ -252,11 +254,46 @@ def choose_profile(environ=None, gpu: str | None = "detect") -> tuple[str, str]:
     return "laptop", "installed outside a checkout, no GPU: a small real BERT at the offline profile's sizes"
 
 
+#: The variables that replace a profile's model for one role (see ``ftcourse.models``).
+MODEL_OVERRIDES = {"encoder": "FTCOURSE_ENCODER", "raw_encoder": "FTCOURSE_RAW_ENCODER",
+                   "sentence": "FTCOURSE_SENTENCE"}
+
+_session_profile: Profile | None = None  # set by activate(), which setup() calls
+
+
+def with_model_overrides(profile: Profile, environ) -> Profile:
+    """``profile`` with the models that ``FTCOURSE_ENCODER``, ``FTCOURSE_RAW_ENCODER`` and
+    ``FTCOURSE_SENTENCE`` in ``environ`` name (a hub id or a local folder) in their roles."""
+    changes = {role: environ[variable] for role, variable in MODEL_OVERRIDES.items() if environ.get(variable)}
+    return replace(profile, **changes) if changes else profile
+
+
+def profile_from_environment(environ=None, gpu: str | None = "detect") -> tuple[Profile, str]:
+    """The profile a session runs when none is passed, and why: ``choose_profile``'s pick,
+    with the model overrides applied. ``setup()`` calls it; nothing else reads these variables."""
+    environ = os.environ if environ is None else environ
+    name, reason = choose_profile(environ, gpu)
+    return with_model_overrides(get_profile(name), environ), reason
+
+
+def activate(profile: "Profile | None") -> None:
+    """Make ``profile`` the session's: what ``get_profile()`` returns when no profile is passed."""
+    global _session_profile
+    _session_profile = profile
+
+
 def get_profile(profile: "str | Profile | None" = None) -> Profile:
-    """The profile named by ``profile``, else by ``FTCOURSE_PROFILE``, else ``offline``."""
+    """``profile`` itself, the built-in profile it names, or (``None``) the session's profile."""
     if isinstance(profile, Profile):
         return profile
-    name = profile or os.environ.get("FTCOURSE_PROFILE") or DEFAULT_PROFILE
+    if profile is None:
+        if _session_profile is None:
+            raise ConfigError(
+                "No profile is active, and none was passed. Fix: run ftcourse.setup() first (each "
+                "notebook's first cell does), or pass profile= (one of: " + ", ".join(PROFILES) + ")."
+            )
+        return _session_profile
+    name = profile
     try:
         return PROFILES[name]
     except KeyError:

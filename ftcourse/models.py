@@ -26,7 +26,6 @@ so each role gets the best encoder for its lesson that installs without the hub:
 from __future__ import annotations
 
 import hashlib
-import os
 import warnings
 from pathlib import Path
 
@@ -35,8 +34,7 @@ from transformers import AutoModel, AutoTokenizer, BertConfig
 from . import config
 
 ROLES = ("encoder", "raw_encoder", "sentence", "architecture")
-ENV_OVERRIDES = {"encoder": "FTCOURSE_ENCODER", "raw_encoder": "FTCOURSE_RAW_ENCODER",
-                 "sentence": "FTCOURSE_SENTENCE"}
+ENV_OVERRIDES = config.MODEL_OVERRIDES  # read by setup(), named in error messages
 #: What each role is, in a few words (``setup()`` prints these).
 ROLE_DESCRIPTIONS = {
     "encoder": "the encoder the lessons adapt",
@@ -84,9 +82,6 @@ def model_source(role: str, profile=None) -> str:
         raise UnknownRoleError(f"Unknown model role {role!r}. Known roles: {', '.join(ROLES)}.")
     if role == "architecture":
         return "bert-base-uncased, BertConfig() defaults, no download"
-    override = os.environ.get(ENV_OVERRIDES[role])
-    if override:
-        return override
     profile = config.get_profile(profile)
     name = {"encoder": profile.encoder, "raw_encoder": profile.raw_encoder, "sentence": profile.sentence}[role]
     if name == "packaged":

@@ -38,7 +38,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 from tqdm.auto import tqdm
 
-from . import config, heads, models, speed, training
+from . import cache, config, heads, models, speed, training
 
 #: Bump when the file layout changes: old caches then no longer match and are rebuilt.
 FEATURES_FORMAT = 1
@@ -65,7 +65,7 @@ class LabelMismatchError(ReadoutError):
     pass
 
 
-class FeatureCacheMismatchError(ReadoutError):
+class FeatureCacheMismatchError(ReadoutError, cache.FeatureCacheMismatchError):
     pass
 
 
@@ -219,9 +219,7 @@ def feature_key(model, tokenizer, dataset, split: str, profile=None, source: str
 
 def cache_path(key: dict) -> Path:
     """Where the features for ``key`` live: ``<cache>/features/<model>-<split>-<hash>.safetensors``."""
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    model = re.sub(r"[^\w.-]+", "_", "-".join(Path(str(key["model"])).parts[-2:]))
-    return config.cache_dir() / "features" / f"{model}-{key['split']}-{digest}.safetensors"
+    return cache.entry_path(f"{'-'.join(Path(str(key['model'])).parts[-2:])}-{key['split']}", key)
 
 
 def first_subtoken_positions(word_ids: list) -> list[int]:
@@ -274,48 +272,22 @@ def extract_features(model, tokenizer, dataset, *, max_length: int, batch_size: 
 
 
 def save_features(features: WordFeatures, path: Path) -> None:
-    """Write features to a safetensors file, with their key and label names inside."""
-    from safetensors.torch import save_file
-
-    tensors = {"states": features.states.contiguous(), "labels": features.labels, "words": features.words,
-               "kept": features.kept}
-    metadata = {"key": json.dumps(features.key, sort_keys=True), "label_names": json.dumps(features.label_names),
-                "extraction": json.dumps(features.extraction)}
-    with config.publishing(path) as private:  # no half file under the real name, even mid-crash
-        save_file(tensors, str(private), metadata=metadata)
+    """Write features to the feature cache's file at ``path``, their key and label names inside."""
+    tensors = {"states": features.states, "labels": features.labels, "words": features.words, "kept": features.kept}
+    cache.save(path, tensors, features.key,
+               {"label_names": list(features.label_names), "extraction": features.extraction})
 
 
 def load_features(path, expected_key: dict | None = None) -> WordFeatures:
     """Read features saved by ``save_features``. With ``expected_key``, refuse a file built
     from anything else (another model, tokenizer, dataset, profile or max_length)."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No feature cache at {path}. Fix: build it with cached_features().")
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata() or {}
-    if "key" not in metadata:
-        raise FeatureCacheMismatchError(
-            f"{path.name} carries no key, so what built it is unknown. Fix: delete it and extract again."
-        )
-    stored = json.loads(metadata["key"])
-    if expected_key is not None and stored != expected_key:
-        differences = "; ".join(
-            f"{name}: cache has {stored.get(name)!r}, wanted {expected_key.get(name)!r}"
-            for name in sorted(set(stored) | set(expected_key))
-            if stored.get(name) != expected_key.get(name)
-        )
-        raise FeatureCacheMismatchError(
-            f"The feature cache {path.name} was built from something else ({differences}). "
-            "Fix: extract again (cached_features(..., rebuild=True)) or delete the file."
-        )
-    tensors = load_file(str(path))
+    try:
+        tensors, key, metadata = cache.load(path, expected_key)
+    except cache.FeatureCacheMismatchError as error:
+        raise FeatureCacheMismatchError(str(error)) from None
     return WordFeatures(
         states=tensors["states"], labels=tensors["labels"], words=tensors["words"], kept=tensors["kept"],
-        label_names=json.loads(metadata["label_names"]), key=stored,
-        extraction=json.loads(metadata.get("extraction", "{}")),
+        label_names=metadata["label_names"], key=key, extraction=metadata.get("extraction", {}),
     )
 
 

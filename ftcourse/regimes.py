@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from . import config, heads, lora, models, training
+from . import cache, config, heads, lora, models, training
 from .report import Table
 
 REGIMES = ("frozen", "lora", "finetune")
@@ -110,35 +110,34 @@ def sentence_features(encoder: nn.Module, data: datasets.Dataset, pooling: str =
 
 def cached_features(encoder: nn.Module, data: datasets.Dataset, name: str,
                     pooling: str = "cls") -> tuple[torch.Tensor, float]:
-    """``sentence_features``, kept under ``cache_dir()/features`` in a file named by the
-    pooling and a hash of the encoder's weights (``models.fingerprint``) and the token ids:
-    another encoder, tokenizer, max_length or subset gives another file, so a cache is never
-    stale. Delete the folder to rebuild. Returns the features and the seconds the extraction
-    took (measured when it ran; 0.0 when read from the cache)."""
-    from safetensors.torch import load_file, save_file
-
-    digest = hashlib.sha256(f"{FEATURES_FORMAT}|{models.fingerprint(encoder)}".encode())
-    for ids in data["input_ids"]:
-        digest.update(bytes(str(ids), "ascii"))
-    path = config.cache_dir() / "features" / f"{name}-{pooling}-{digest.hexdigest()[:16]}.safetensors"
+    """``sentence_features``, kept in the feature cache (``ftcourse.cache``) under ``name`` and
+    a key of the pooling, the encoder's weights (``models.fingerprint``) and the token ids:
+    another encoder, tokenizer, max_length or subset gives another entry, so an entry is never
+    stale. Returns the features and the seconds the extraction took (measured when it ran;
+    0.0 when read from the cache)."""
+    ids = hashlib.sha256()
+    for row in data["input_ids"]:
+        ids.update(bytes(str(row), "ascii"))
+    key = {"kind": "sentence", "format": FEATURES_FORMAT, "pooling": pooling,
+           "model_fingerprint": models.fingerprint(encoder), "input_ids": ids.hexdigest()[:16]}
+    path = cache.entry_path(f"{name}-{pooling}", key)
     if path.is_file():
-        return load_file(path)["features"], 0.0
+        return cache.load(path, expected_key=key)[0]["features"], 0.0
     start = time.perf_counter()
     features = sentence_features(encoder, data, pooling)
     seconds = time.perf_counter() - start
-    with config.publishing(path) as private:
-        save_file({"features": features.contiguous()}, private)
+    cache.save(path, {"features": features}, key)
     return features, seconds
 
 
 def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_labels: int = 2, seed: int = 0,
                        steps: int = PROBE_STEPS, lr: float | None = None,
-                       weight_decay: float = PROBE_WEIGHT_DECAY) -> tuple[nn.Linear, float]:
+                       weight_decay: float = PROBE_WEIGHT_DECAY, profile=None) -> tuple[nn.Linear, float]:
     """A linear head on frozen features, trained full-batch with AdamW on standardised
     features (raw [CLS] dimensions differ in scale by orders of magnitude). The
     standardisation is then folded into the weights, so what is returned, and stored, is a
     plain ``nn.Linear`` over the raw features. Returns it and the seconds per epoch (one
-    full-batch step is one epoch). ``lr`` defaults to the profile's ``probe_lr``."""
+    full-batch step is one epoch). ``lr`` defaults to ``profile``'s ``probe_lr``."""
     if len(features) != len(labels):
         raise ValueError(f"{len(features)} feature rows but {len(labels)} labels: they must be the same examples. "
                          "Fix: extract features from the same (tokenised) split the labels come from.")
@@ -147,7 +146,7 @@ def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_labels:
     if labels.min() < 0 or labels.max() >= num_labels:
         raise ValueError(f"Labels run from {int(labels.min())} to {int(labels.max())}, outside the head's "
                          f"{num_labels} classes. Fix: pass num_labels= (regimes.num_labels_of gives it).")
-    lr = config.get_profile().probe_lr if lr is None else lr
+    lr = config.get_profile(profile).probe_lr if lr is None else lr
     torch.manual_seed(seed)
     mean, std = features.mean(0), features.std(0).clamp_min(1e-6)
     x = (features - mean) / std
@@ -349,11 +348,11 @@ def regime_table(results) -> Table:
                  rows, formats={"accuracy": "{:.3f}", "s/epoch": "{:.3f}"})
 
 
-def budget_table(sizes, min_examples: int, epochs: int, batch_size: int | None = None) -> Table:
+def budget_table(sizes, min_examples: int, epochs: int, batch_size: int | None = None, profile=None) -> Table:
     """For each labelled-set size: the epochs a run trains (at least ``epochs``, and enough to
     see ``min_examples``) and the optimiser steps that makes in batches of ``batch_size``
-    (default: the profile's ``regime_batch_size``)."""
-    batch_size = batch_size or config.get_profile().regime_batch_size
+    (default: ``profile``'s ``regime_batch_size``)."""
+    batch_size = batch_size or config.get_profile(profile).regime_batch_size
     rows = []
     for size in sorted(sizes):
         n = epochs_for(size, min_examples, epochs)

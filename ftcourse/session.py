@@ -41,19 +41,22 @@ def quiet_libraries() -> None:
 def setup(profile=None, seed: int = 0, verbose: bool = True) -> config.Profile:
     """Seed everything, quiet the libraries and say what this run will use.
 
-    Returns the active profile. In the offline profile the hub is never contacted.
+    Returns the profile, now the session's: helpers called without ``profile=`` use it. The
+    profile is ``profile`` when passed, else the environment's (``config.profile_from_environment``).
+    In the offline profile the hub is never contacted.
     """
     if profile is None:
-        name, reason = config.choose_profile()
+        profile, reason = config.profile_from_environment()
+    elif isinstance(profile, config.Profile):
+        reason = "passed to setup()"
     else:
-        name, reason = getattr(profile, "name", profile), "passed to setup()"
-    profile = config.get_profile(profile if profile is not None else name)
+        profile, reason = config.with_model_overrides(config.get_profile(profile), os.environ), "passed to setup()"
+    config.activate(profile)  # what every helper called without profile= uses from now on
     if profile.name == "offline":
         os.environ["HF_HUB_OFFLINE"] = "1"  # fail fast instead of waiting on the network
         from huggingface_hub import constants
 
         constants.HF_HUB_OFFLINE = True  # the hub libraries read the variable once, at import
-    os.environ["FTCOURSE_PROFILE"] = profile.name  # so helpers called later agree
     quiet_libraries()
     seed_everything(seed)
     if verbose:

@@ -74,3 +74,14 @@ def paper_hub(paper_hub_cache, monkeypatch):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "paper: the paper profile's code path on stand-in hub models (runs in CI)")
+
+
+@pytest.fixture(autouse=True)
+def session_profile():
+    """Each test starts as a notebook does after ``setup()``: the environment's profile is the
+    session's. A test that activates another (``setup("smoke")``) leaves none behind."""
+    from ftcourse import config
+
+    config.activate(config.profile_from_environment()[0])
+    yield
+    config.activate(None)

@@ -106,3 +106,24 @@ def test_contributing_shows_the_generated_module_map():
 
 def test_every_module_says_what_it_is_for():
     assert all(m.summary for m in layout.modules())
+
+
+#: The concept code that may read the environment: the settings (where the files are), and
+#: the profile's variables, read by setup() through config.profile_from_environment alone.
+ENVIRONMENT_READERS = {"config.choose_profile", "config.profile_from_environment", "config._folder_setting",
+                       "config.cache_dir", "session.setup", "session.quiet_libraries"}
+
+
+def test_only_setup_reads_the_profile_from_the_environment():
+    readers = set()
+    for path in sorted((PACKAGE).glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv") and \
+                        isinstance(node.value, ast.Name) and node.value.id == "os":
+                    readers.add(f"{path.stem}.{function.name}")
+    assert readers <= ENVIRONMENT_READERS, f"concept code reading os.environ: {sorted(readers - ENVIRONMENT_READERS)}"
+    assert "session.setup" in readers or "config.profile_from_environment" in readers

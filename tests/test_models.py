@@ -40,10 +40,15 @@ def test_load_encoder_refuses_a_non_encoder_role():
         models.load_encoder(role="sentence")
 
 
-def test_raw_encoder_override(monkeypatch, tmp_path):
+def test_raw_encoder_override_is_read_by_setup(monkeypatch, tmp_path):
+    from ftcourse import session
+
     monkeypatch.setenv("FTCOURSE_RAW_ENCODER", str(tmp_path))
-    assert models.model_source("raw_encoder", "offline") == str(tmp_path)
-    assert models.model_source("encoder", "offline") != str(tmp_path)
+    assert models.model_source("raw_encoder") != str(tmp_path)  # read at setup(), not on every call
+    profile = session.setup("offline", verbose=False)
+    assert models.model_source("raw_encoder", profile) == models.model_source("raw_encoder") == str(tmp_path)
+    assert models.model_source("encoder", profile) != str(tmp_path)
+    assert models.model_source("raw_encoder", "offline") != str(tmp_path)  # a name is the built-in profile
 
 
 def test_unknown_role():
@@ -58,7 +63,10 @@ def test_paper_profile_offline_miss_is_clear(monkeypatch):
 
 
 def test_override_with_a_missing_local_folder(monkeypatch, tmp_path):
+    from ftcourse import session
+
     monkeypatch.setenv("FTCOURSE_ENCODER", str(tmp_path))
+    session.setup(verbose=False)
     with pytest.raises(models.ModelNotAvailableError, match="local folder"):
         models.load_encoder()
 
