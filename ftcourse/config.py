@@ -85,6 +85,12 @@ class Profile:
     exercise_eval_size: int | None = None  # SST-2 dev sentences (None = all 872)
     exercise_epochs: int = 3
     stability_seeds: tuple = (0, 1, 2, 3, 4)  # seeds per regime in the stability runs
+    # The parameter-efficient frontier (lesson 3b): every method on one SST-2 set and budget,
+    # each method's lr chosen on a validation part carved from SST-2's training split.
+    frontier_train_size: int | None = 20000  # SST-2 training sentences (None = all but the validation part)
+    frontier_validation_size: int = 2000
+    frontier_epochs: int = 2
+    frontier_seeds: tuple = (0, 1, 2)
 
     def with_(self, **changes) -> "Profile":
         """A copy with some fields changed, e.g. ``profile.with_(epochs=3)``."""
@@ -173,7 +179,8 @@ def shrunk(base: Profile, examples: int, **changes) -> Profile:
                       learning_curve_sizes=(examples // 2, examples), learning_curve_seeds=(0,),
                       learning_curve_min_examples=examples, learning_curve_eval_size=64,
                       adapter_train_size=examples, exercise_train_size=examples, exercise_eval_size=examples,
-                      stability_seeds=(0,), **changes)
+                      stability_seeds=(0,), frontier_train_size=examples, frontier_validation_size=examples,
+                      frontier_epochs=1, frontier_seeds=(0, 1), **changes)
 
 
 # The offline profile shrunk: for tests and the grader's own tests (``ftcourse grade --profile smoke``).

@@ -14,6 +14,11 @@ The regimes, for a backbone of ``B`` parameters and ``n`` tasks:
 - ``Houlsby adapters``: one shared backbone, each task stores bottleneck adapters (and the
   layer norms, which Houlsby et al. train too) and a head.
 
+``peft_method_costs`` adds the other parameter-efficient methods a course reader meets
+(BitFit, (IA)³, LoRA at several ranks and targets, DoRA), each counted on the real model
+that method trains (a ``peft`` model where ``peft`` implements it), so a published count
+is checked against the library, not against our arithmetic.
+
 Sizes are bytes; ``MIB = 2**20`` bytes and ``KIB = 2**10`` bytes (the "MiB" and "KiB"
 of the figures this module reproduces).
 """
@@ -37,6 +42,14 @@ BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2}
 DEFAULT_TARGETS = ("query", "value")
 DEFAULT_NUM_VIRTUAL_TOKENS = 20  # Lester et al. (2021) use 5..150; 20 is a common middle
 DEFAULT_ADAPTER_SIZE = 64  # Houlsby et al. (2019) sweep bottleneck sizes 8, 64, 256
+
+# Every attention and MLP projection of a BERT layer (the pooler's ``dense`` is not one):
+# ``output.dense`` alone would also match ``attention.output.dense``; the list says both.
+ALL_PROJECTIONS = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
+DEFAULT_LORA_RANKS = (1, 8, 32)
+# Why the Houlsby row is counted, not built: checked with ``pip download adapters --no-deps``.
+HOULSBY_NOTE = ("counted from BottleneckAdapter shapes, not built by a library: peft has no Houlsby adapter and "
+                "AdapterHub's adapters 1.3.0 requires transformers~=4.57.6, not this course's 5.x")
 
 REGIME_NAMES = (
     "full fine-tuning",
@@ -82,36 +95,51 @@ def linear_head_parameters(hidden_size: int = 768, num_labels: int = 2) -> int:
     return hidden_size * num_labels + num_labels
 
 
-def lora_sequence_classifier(config=None, rank: int = 8, targets: Sequence[str] = DEFAULT_TARGETS,
-                             num_labels: int = 2, alpha: int | None = None):
-    """A real ``peft`` LoRA model over ``BertForSequenceClassification`` on the ``meta``
-    device, as ``get_peft_model`` builds it for ``task_type=SEQ_CLS``. Its classifier is in
-    ``modules_to_save``, so ``print_trainable_parameters()`` counts it with LoRA."""
-    from peft import TaskType
+def sequence_classifier(config=None, num_labels: int = 2) -> nn.Module:
+    """``BertForSequenceClassification`` (bert-base by default) with a ``num_labels`` linear
+    head named ``classifier``, on the ``meta`` device: what every method below adapts."""
     from transformers import AutoModelForSequenceClassification
-
-    from .lora import add_lora
 
     config = copy.deepcopy(_config(config))
     config.num_labels = num_labels
     with torch.device("meta"):
-        model = AutoModelForSequenceClassification.from_config(config)
-    return add_lora(model, rank=rank, targets=targets, alpha=alpha, task_type=TaskType.SEQ_CLS)
+        return AutoModelForSequenceClassification.from_config(config)
 
 
-def split_trainable(peft_model) -> dict:
+def lora_sequence_classifier(config=None, rank: int = 8, targets: Sequence[str] = DEFAULT_TARGETS,
+                             num_labels: int = 2, alpha: int | None = None, use_dora: bool = False):
+    """A real ``peft`` LoRA model over ``BertForSequenceClassification`` on the ``meta``
+    device, as ``get_peft_model`` builds it for ``task_type=SEQ_CLS``. Its classifier is in
+    ``modules_to_save``, so ``print_trainable_parameters()`` counts it with LoRA.
+    ``use_dora`` makes it DoRA (Liu et al., 2024): LoRA plus a trained magnitude per output."""
+    import dataclasses
+
+    from peft import TaskType, get_peft_model
+
+    from .lora import add_lora, lora_config
+
+    model = sequence_classifier(config, num_labels)
+    if not use_dora:
+        return add_lora(model, rank=rank, targets=targets, alpha=alpha, task_type=TaskType.SEQ_CLS)
+    dora = dataclasses.replace(lora_config(rank, targets, alpha, task_type=TaskType.SEQ_CLS), use_dora=True)
+    return get_peft_model(model, dora)
+
+
+def split_trainable(peft_model, head: str = "classifier") -> dict:
     """A peft model's trainable parameters, split into the adapter's own (``adapter``:
     LoRA matrices or prompt embeddings) and the task head copied into ``modules_to_save``
-    (``head``). ``peft``'s ``print_trainable_parameters()`` reports their sum."""
-    adapter = head = 0
+    (``head``). ``peft``'s ``print_trainable_parameters()`` reports their sum. peft keeps
+    the original head too, frozen: only the trained copy counts. On a plain model (no peft)
+    the head is the top-level module named ``head``."""
+    adapter = head_count = 0
     for name, parameter in peft_model.named_parameters():
         if not parameter.requires_grad:
             continue
-        if "modules_to_save" in name:
-            head += parameter.numel()
+        if "modules_to_save" in name or name.split(".", 1)[0] == head:
+            head_count += parameter.numel()
         else:
             adapter += parameter.numel()
-    return {"adapter": adapter, "head": head, "trainable": adapter + head}
+    return {"adapter": adapter, "head": head_count, "trainable": adapter + head_count}
 
 
 def lora_parameters(config=None, rank: int = 8, targets: Sequence[str] = DEFAULT_TARGETS) -> int:
@@ -134,17 +162,45 @@ def lora_parameters_formula(config=None, rank: int = 8, targets: Sequence[str] =
 def prompt_tuning_parameters(config=None, num_virtual_tokens: int = DEFAULT_NUM_VIRTUAL_TOKENS) -> int:
     """Prompt tuning's own parameters (head excluded), counted on a real peft
     ``PromptTuningConfig`` model: ``num_virtual_tokens × hidden_size`` embeddings."""
+    return split_trainable(prompt_tuning_classifier(config, num_virtual_tokens))["adapter"]
+
+
+def prompt_tuning_classifier(config=None, num_virtual_tokens: int = DEFAULT_NUM_VIRTUAL_TOKENS,
+                             num_labels: int = 2):
+    """A real ``peft`` prompt-tuning model (``PromptTuningConfig``, ``SEQ_CLS``) over the
+    meta-device classifier: ``num_virtual_tokens`` trained embeddings prepended to the input."""
     from peft import PromptTuningConfig, TaskType, get_peft_model
-    from transformers import AutoModelForSequenceClassification
 
     if num_virtual_tokens < 1:
         raise ValueError(f"num_virtual_tokens must be at least 1, got {num_virtual_tokens}.")
-    config = _config(config)
-    with torch.device("meta"):
-        model = AutoModelForSequenceClassification.from_config(config)
-    peft_model = get_peft_model(model, PromptTuningConfig(task_type=TaskType.SEQ_CLS,
-                                                          num_virtual_tokens=num_virtual_tokens))
-    return split_trainable(peft_model)["adapter"]
+    return get_peft_model(sequence_classifier(config, num_labels),
+                          PromptTuningConfig(task_type=TaskType.SEQ_CLS, num_virtual_tokens=num_virtual_tokens))
+
+
+def ia3_classifier(config=None, num_labels: int = 2):
+    """A real ``peft`` (IA)³ model (Liu et al., 2022) with peft's own BERT defaults for
+    ``SEQ_CLS``: ``target_modules`` key, value, output.dense and ``feedforward_modules``
+    output.dense. peft matches a name by its suffix, so ``output.dense`` is both the FFN's
+    output and ``attention.output.dense``: four learned vectors per layer, scaling the
+    outputs of key and value (768 each) and the inputs of both output projections (768, 3072)."""
+    from peft import IA3Config, TaskType, get_peft_model
+
+    return get_peft_model(sequence_classifier(config, num_labels), IA3Config(task_type=TaskType.SEQ_CLS))
+
+
+def bitfit_classifier(config=None, num_labels: int = 2) -> nn.Module:
+    """BitFit (Ben Zaken et al., 2022) on the real classifier: every bias trains (the
+    projections', the LayerNorms' and the pooler's) and the head; peft has no BitFit config,
+    so the ``requires_grad`` flags are set by name, as BitFit does."""
+    return _train_only(sequence_classifier(config, num_labels),
+                       lambda name: name.endswith(".bias") or name.startswith("classifier."))
+
+
+def _train_only(model: nn.Module, trains) -> nn.Module:
+    """``model`` with ``requires_grad`` on exactly the parameters whose name ``trains`` accepts."""
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(trains(name))
+    return model
 
 
 class BottleneckAdapter(nn.Module):
@@ -247,6 +303,76 @@ def regime_costs(config=None, rank: int = 8, targets: Sequence[str] = DEFAULT_TA
     return costs
 
 
+@dataclass(frozen=True)
+class MethodCost(RegimeCost):
+    """A ``RegimeCost`` that also knows the backbone it is a share of and how it was counted:
+    ``counted`` is ``"peft model"``, ``"torch model"`` (the real classifier, flags set by
+    hand) or ``"formula"`` (modules sized from the config, not inserted in a model)."""
+
+    backbone: int = 0  # the backbone's parameters, pooler included: the share's denominator
+    counted: str = "formula"
+    note: str = ""
+
+    @property
+    def method_parameters(self) -> int:
+        """The method's own trained parameters, head excluded."""
+        return self.trainable - self.head
+
+    @property
+    def share(self) -> float:
+        """The method's own parameters in percent of the backbone's."""
+        return 100 * self.method_parameters / self.backbone
+
+
+def peft_method_costs(config=None, num_labels: int = 2, ranks: Sequence[int] = DEFAULT_LORA_RANKS,
+                      targets: Sequence[str] = DEFAULT_TARGETS,
+                      num_virtual_tokens: int = DEFAULT_NUM_VIRTUAL_TOKENS,
+                      adapter_size: int = DEFAULT_ADAPTER_SIZE, dtype: str = "fp32") -> list[MethodCost]:
+    """Every parameter-efficient method's cost for ``config`` (bert-base by default), each
+    counted on the real model it trains: the ``requires_grad`` parameters of a ``peft``
+    model (or of the classifier with its flags set, for the regimes peft has no config for),
+    split by ``split_trainable`` into the method's own and the head's (peft's frozen
+    original of the head is not counted). Houlsby adapters alone are counted by formula
+    (``HOULSBY_NOTE`` says why). Rows: frozen head, BitFit, prompt tuning, (IA)³, LoRA at
+    each of ``ranks`` on ``targets``, LoRA r=8 on every projection, DoRA r=8, Houlsby, full
+    fine-tuning; bytes per task are the method's and the head's, or the whole model's for
+    full fine-tuning."""
+    if dtype not in BYTES_PER_PARAMETER:
+        raise ValueError(f"Unknown dtype {dtype!r}. Known: {', '.join(BYTES_PER_PARAMETER)}.")
+    config = _config(config)
+    backbone = backbone_parameters(config)
+    on = ", ".join(targets)
+    models = [  # (method, setting, how counted, builder of the real model)
+        ("frozen + linear head", "[CLS] features, backbone shared", "torch model",
+         lambda: _train_only(sequence_classifier(config, num_labels), lambda name: name.startswith("classifier."))),
+        ("BitFit", "every bias, layer norms' and pooler's too", "torch model",
+         lambda: bitfit_classifier(config, num_labels)),
+        ("prompt tuning", f"{num_virtual_tokens} virtual tokens", "peft model",
+         lambda: prompt_tuning_classifier(config, num_virtual_tokens, num_labels)),
+        ("(IA)³", "peft default: key, value, output.dense (attention's and FFN's)", "peft model",
+         lambda: ia3_classifier(config, num_labels)),
+        *[("LoRA", f"r={rank} on {on}", "peft model",
+           lambda rank=rank: lora_sequence_classifier(config, rank, targets, num_labels)) for rank in ranks],
+        ("LoRA", "r=8 on every attention and MLP projection", "peft model",
+         lambda: lora_sequence_classifier(config, 8, ALL_PROJECTIONS, num_labels)),
+        ("DoRA", f"r=8 on {on}", "peft model",
+         lambda: lora_sequence_classifier(config, 8, targets, num_labels, use_dora=True)),
+    ]
+    costs = []
+    for method, setting, counted, build in models:
+        split = split_trainable(build())
+        costs.append(MethodCost(method, setting, split["trainable"], split["head"], backbone, split["trainable"],
+                                dtype, backbone, counted))
+    head = linear_head_parameters(config.hidden_size, num_labels)
+    houlsby = houlsby_adapter_parameters(config, adapter_size) + head
+    costs.append(MethodCost("Houlsby adapters", f"bottleneck {adapter_size}, 2 per layer, + layer norms", houlsby,
+                            head, backbone, houlsby, dtype, backbone, "formula", HOULSBY_NOTE))
+    full = split_trainable(_train_only(sequence_classifier(config, num_labels), lambda name: True))
+    costs.append(MethodCost("full fine-tuning", "every weight, a full copy per task", full["trainable"], full["head"],
+                            0, full["trainable"], dtype, backbone, "torch model"))
+    return costs
+
+
 def format_bytes(n_bytes: int) -> str:
     """``6,152 B (6.0 KiB)`` below a MiB, ``1.13 MiB`` above."""
     if n_bytes < MIB:
@@ -269,16 +395,36 @@ def regime_storage_table(costs: Sequence[RegimeCost], n_tasks: int = 8) -> Table
                         f"{backbone:,}; sizes in {costs[0].dtype}, MiB = 2**20 bytes)"])
 
 
-def plot_storage(costs: Sequence[RegimeCost], max_tasks: int = 100, mark: int | None = None, ax=None):
+def method_costs_table(costs: Sequence[MethodCost]) -> Table:
+    """What each parameter-efficient method trains and stores per task (``peft_method_costs``'s
+    rows): its own parameters, the head's, their share of the backbone, MiB per task, and
+    whether the count comes from a real model or a formula (a row's note says why)."""
+    rows = [[c.regime, c.detail, c.method_parameters, c.head, c.share, c.per_task_bytes / MIB, c.counted]
+            for c in costs]
+    notes = [f"(share: the method's own parameters, head excluded, over the backbone's {costs[0].backbone:,}; "
+             f"sizes in {costs[0].dtype}, MiB = 2**20 bytes; full fine-tuning stores the whole model per task)"]
+    notes += [f"{c.regime}: {c.note}" for c in costs if c.note]
+    return Table(["method", "setting", "method params", "head", "share %", "MiB per task", "counted"], rows,
+                 formats={"share %": "{:.3f}", "MiB per task": "{:,.3f}"}, notes=notes)
+
+
+def plot_storage(costs: Sequence[RegimeCost], max_tasks: int = 100, mark: int | None = None, ax=None,
+                 references: Sequence[str] = ()):
     """Total bytes stored against the number of tasks, one line per regime (log scale:
-    full fine-tuning grows by a whole model per task, the others by a sliver)."""
+    full fine-tuning grows by a whole model per task, the others by a sliver). Regimes named
+    in ``references`` are drawn as dashed grey lines, so many methods' lines stay readable
+    between them; past ten lines the colours repeat, so later lines are dash-dotted."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     tasks = list(range(1, max_tasks + 1))
+    drawn = 0
     for cost in costs:
-        ax.plot(tasks, [cost.total_bytes(n) / MIB for n in tasks], label=f"{cost.regime} ({cost.detail})")
+        reference = cost.regime in references
+        style = {"color": "grey", "linestyle": "--"} if reference else {"linestyle": "-" if drawn < 10 else "-."}
+        drawn += not reference
+        ax.plot(tasks, [cost.total_bytes(n) / MIB for n in tasks], label=f"{cost.regime} ({cost.detail})", **style)
     if mark:
         ax.axvline(mark, color="grey", linestyle=":", linewidth=1)
     ax.set_yscale("log")
@@ -308,6 +454,22 @@ def draw_storage(config=None, rank: int = 8, n_tasks: int = 8, targets: Sequence
     display(regime_storage_table(costs, n_tasks))
     plotted = [c for c in costs if c.regime != "Houlsby adapters"]
     plot_storage(plotted, max_tasks=max(max_tasks, n_tasks), mark=n_tasks)
+    plt.show()
+    return costs
+
+
+def draw_method_storage(config=None, n_tasks: int = 8, max_tasks: int = 100, num_labels: int = 2,
+                        costs: Sequence[MethodCost] | None = None) -> list[MethodCost]:
+    """Draw every method's storage line, Houlsby adapters included, with full fine-tuning
+    and the frozen head as the grey references they fall between (``method_costs_table``
+    is their table). Pass ``costs`` (``peft_method_costs``'s rows) to skip recounting."""
+    import matplotlib.pyplot as plt
+
+    costs = list(costs) if costs is not None else peft_method_costs(config, num_labels)
+    ax = plot_storage(costs, max_tasks=max(max_tasks, n_tasks), mark=n_tasks,
+                      references=("full fine-tuning", "frozen + linear head"))
+    ax.set_title("Storage for n tasks, every method: one shared backbone vs a copy per task")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     plt.show()
     return costs
 

@@ -230,6 +230,17 @@ def subsample(dataset: datasets.Dataset, n: int | None, seed: int = 0) -> datase
     return dataset.shuffle(seed=seed).select(range(n)).flatten_indices()
 
 
+def carve_validation(split: datasets.Dataset, size: int, seed: int = 0) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """``(rest, validation)``: ``size`` rows of a training split held out with a fixed seed,
+    for choosing settings (learning rates, epochs) without looking at the split a lesson
+    reports. Draw training subsets from ``rest`` only: the two never share a row."""
+    if not 0 < size < len(split):
+        raise ValueError(f"A validation part of {size} rows cannot be carved from {len(split)}: it must leave "
+                         "rows to train on. Fix: a size between 1 and the split's length minus 1.")
+    order = datasets.Dataset.from_dict({"i": list(range(len(split)))}).shuffle(seed=seed)["i"]
+    return split.select(sorted(order[size:])), split.select(sorted(order[:size]))
+
+
 def load(name: str, profile=None, *, full: bool = False, seed: int = 0) -> datasets.DatasetDict:
     """Load benchmark ``name`` (``conll2003``, ``sst2``, ``sst5`` or ``stsb``), sized by the profile.
 

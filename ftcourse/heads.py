@@ -38,13 +38,21 @@ class SentenceClassifier(Head):
     head reads [CLS]'s final state directly: the pooler's role is learned by ω (or θ).
     """
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, pooling: str = "cls"):
         super().__init__()
+        if pooling not in ("cls", "mean"):
+            raise ValueError(f"Unknown pooling {pooling!r}. Known: cls, mean.")
+        self.pooling = pooling  # "mean": the average over real tokens, what a sentence-tuned encoder offers
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
 
     def forward(self, states, attention_mask=None):
-        return self.classifier(self.dropout(states[:, 0]))
+        if self.pooling == "cls" or attention_mask is None:
+            pooled = states[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(states.dtype)
+            pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return self.classifier(self.dropout(pooled))
 
     def loss(self, logits, labels):
         if logits.shape[-1] == 1:  # one output: regression (e.g. STS-B similarity)

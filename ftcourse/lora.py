@@ -120,6 +120,23 @@ def lora_config(rank: int = 8, targets: Sequence[str] = DEFAULT_TARGETS, alpha: 
                       task_type=task_type, modules_to_save=modules_to_save)
 
 
+def lora_layer_output(linear: nn.Linear, A: torch.Tensor, B: torch.Tensor, alpha: float,
+                      x: torch.Tensor) -> torch.Tensor:
+    """What ``peft``'s own LoRA layer computes on ``x`` around a copy of the frozen ``linear``,
+    given ``A`` (r×d_in) and ``B`` (d_out×r): lesson 3 checks its inline ``W x + (α/r)·B·A x``
+    against it."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    holder = nn.Module()
+    holder.projection = copy.deepcopy(linear)
+    settings = LoraConfig(r=A.shape[0], lora_alpha=alpha, lora_dropout=0.0, target_modules=["projection"])
+    layer = inject_adapter_in_model(settings, holder).projection
+    with torch.no_grad():
+        layer.lora_A["default"].weight.copy_(A)
+        layer.lora_B["default"].weight.copy_(B)
+        return layer(x)
+
+
 def add_lora(model: nn.Module, rank: int = 8, targets: Sequence[str] = DEFAULT_TARGETS,
              alpha: int | None = None, dropout: float = 0.1, task_type=None, modules_to_save=None,
              adapter_name: str = "default"):

@@ -96,3 +96,12 @@ def test_merged_equals_unmerged():
     assert result["max_abs_difference"] < 1e-5
     assert result["merged_seconds"] > 0 and result["unmerged_seconds"] > 0
     assert not hasattr(lora.merged_copy(model).encoder, "peft_config")
+
+
+def test_the_lessons_inline_lora_equals_peft_s_layer():
+    torch.manual_seed(0)
+    linear, A, B, x = torch.nn.Linear(12, 10, bias=False), torch.randn(3, 12), torch.randn(10, 3), torch.randn(5, 12)
+    ours = linear(x) + (6 / 3) * x @ A.T @ B.T
+    assert torch.allclose(lora.lora_layer_output(linear, A, B, 6, x), ours, atol=1e-5)
+    assert not torch.allclose(lora.lora_layer_output(linear, A, 2 * B, 6, x), ours, atol=1e-3)  # B matters
+    assert torch.equal(lora.lora_layer_output(linear, A, torch.zeros(10, 3), 6, x), linear(x))  # B = 0: W alone
