@@ -7,7 +7,7 @@ also stated in CONTRIBUTING.md's Notebooks section:
 - at most ``MAX_CODE_LINES`` code lines (non-blank, non-comment) in any code cell;
 - at most ``MAX_PRESENTATION_SHARE[lesson]`` of a lesson's code lines print, plot or format
   (``PRESENTATION``), each set just above the share measured when the test was written
-  (01: 22%, 02: 36%, 03: 20%, 04: 29%), so a lesson's display can shrink but not grow.
+  (01: 22%, 02: 36%, 03: 20%, 03b: 29%, 04: 29%), so a lesson's display can shrink but not grow.
 """
 
 import re
@@ -18,11 +18,15 @@ import pytest
 from ftcourse.config import REPO_ROOT
 
 MAX_CODE_LINES = 12
-MAX_PRESENTATION_SHARE = {"01": 0.25, "02": 0.38, "03": 0.22, "04": 0.31}
-LESSONS = sorted(REPO_ROOT.glob("notebooks/0[1-4]_*.ipynb"))
+MAX_PRESENTATION_SHARE = {"01": 0.25, "02": 0.38, "03": 0.22, "03b": 0.31, "04": 0.31}
+LESSONS = sorted(REPO_ROOT.glob("notebooks/0[1-4]*_*.ipynb"))
 # A line that shows a result rather than computes it: printing, displaying, plotting, formatting.
 PRESENTATION = re.compile(r"\bprint\(|\bdisplay\(|\bplt\.|\bax\.|\baxes\b|\bfig\b|plot|\.style\b|\bTable\(|"
                           r"_table\(|\bheadline\(|\bformat")
+
+
+def lesson(path) -> str:
+    return path.name.split("_", 1)[0]
 
 
 def code_lines(source: str) -> list[str]:
@@ -40,7 +44,7 @@ def presentation_share(path) -> float:
 
 
 def test_the_lessons_are_found():
-    assert [p.name[:2] for p in LESSONS] == ["01", "02", "03", "04"]
+    assert [lesson(p) for p in LESSONS] == ["01", "02", "03", "03b", "04"]
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
@@ -52,7 +56,7 @@ def test_no_lesson_cell_exceeds_the_code_line_limit(path):
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_printing_and_plotting_stay_a_minority_of_a_lesson(path):
-    share, limit = presentation_share(path), MAX_PRESENTATION_SHARE[path.name[:2]]
+    share, limit = presentation_share(path), MAX_PRESENTATION_SHARE[lesson(path)]
     assert share <= limit, (
         f"{path.name}: {share:.0%} of the code lines print, plot or format (limit {limit:.0%}). "
         "Fix: return a report.Table, or move the display into a package function.")

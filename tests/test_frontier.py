@@ -66,12 +66,16 @@ def test_prompt_tuning_hides_its_virtual_positions_from_the_head(encoder):
 def test_the_sweep_chooses_on_validation_and_only_chosen_runs_see_dev(encoder):
     profile = config.get_profile("smoke").with_(frontier_epochs=2, regime_batch_size=8)
     methods = [frontier.method("frozen + linear head"), frontier.method("LoRA r=8")]
-    runs = frontier.frontier(encoder, toy(48, 0), toy(24, 1), toy(24, 2), profile, methods=methods, seeds=(0, 1))
-    assert len(runs) == sum(len(m.lrs) + 1 for m in methods)
+    runs = frontier.frontier(encoder, toy(48, 0), toy(24, 1), toy(24, 2), profile, methods=methods[::-1], seeds=(0, 1))
+    assert runs[0].method == "frozen + linear head"  # first: its head lr is every method's
     for m in methods:
         sweep = [r for r in runs if r.method == m.name and r.seed == 0]
         best = max(sweep, key=lambda r: r.validation)
-        assert [r.lr for r in sweep] == list(m.lrs) and [r.dev is not None for r in sweep] == [r is best for r in sweep]
+        lo, hi = m.lrs
+        # a 2-point grid's best is at an end: the grid grows one step (x4) that way
+        assert [r.lr for r in sweep] in ([lo, hi, hi * 4], [lo, hi, lo / 4]), [r.lr for r in sweep]
+        assert (sweep[2].lr == hi * 4) == (max(sweep[:2], key=lambda r: r.validation).lr == hi)
+        assert [r.dev is not None for r in sweep] == [r is best for r in sweep]
         again = [r for r in runs if r.method == m.name and r.seed == 1]
         assert len(again) == 1 and again[0].lr == best.lr and again[0].dev is not None
     summary = frontier.summarize(runs)
@@ -94,7 +98,7 @@ def test_the_pareto_front_and_the_verdicts_are_computed_from_the_runs():
     assert frontier.pareto_front(summary) == ["frozen + linear head", "LoRA r=8", "full fine-tuning"]
     lines = frontier.verdicts(summary)
     assert "LoRA r=8 (5.00% of its parameters)" in lines[0] and "prompt tuning" not in lines[0]
-    assert "0.70x to 0.70x" in lines[1] and "agrees" in lines[-1]
+    assert "2 of 2 PEFT methods" in lines[1] and "0.70x" in lines[1] and "agrees" in lines[-1]
     close = _summary(**{"full fine-tuning": 0.90, "LoRA r=8": 0.50, "prompt tuning": 0.89,
                         "frozen + linear head": 0.5})
     assert "DISAGREES" in frontier.verdicts(close)[-1] and "no method keeps" not in frontier.verdicts(close)[0]

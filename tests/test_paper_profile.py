@@ -336,6 +336,12 @@ def _lesson3(text):
     assert "LoRA trains 0.27% of what full fine-tuning trains" in text
 
 
+def _lesson3b(text):
+    # every method built on bert-base's real modules: LoRA r8 on query/value is the course's 294,912
+    assert re.search(r"^LoRA r=8 +query, value +294,912 +1,538 ", text, re.MULTILINE), text[:3000]
+    assert "Pareto front, fewest parameters first:" in text and "prompt tuning:" in text
+
+
 def _lesson4(text):
     assert "raw encoder: 12 layers, hidden size 768" in text
     assert "sentence model: 12 layers, hidden size 768, its own pooling: mean" in text
@@ -354,6 +360,7 @@ def _exercise_solution(text):
 NOTEBOOK_CHECKS = {
     "notebooks/02_feature_readout": [_lesson2],
     "notebooks/03_costs_and_lora": [_lesson3],
+    "notebooks/03b_peft_frontier": [_lesson3b],
     "notebooks/04_cls_vs_sbert": [_lesson4],
     "solutions/05_exercise_bert_base": [_exercise_solution],
 }

@@ -77,6 +77,8 @@ PAGES = (
          "Which layer to read when the encoder stays frozen: the BERT paper's CoNLL-2003 table."),
     Page("notebooks/03_costs_and_lora",
          "What each regime costs in parameters, storage, time, memory and labelled data, and LoRA with peft."),
+    Page("notebooks/03b_peft_frontier",
+         "The parameter-efficient frontier: every method the texts name, trained on one encoder and one budget."),
     Page("notebooks/04_cls_vs_sbert",
          "[CLS] is not a sentence embedding: raw BERT against GloVe and Sentence-BERT on STS-B."),
     Page("notebooks/05_exercise_bert_base",
