@@ -13,6 +13,7 @@ A lesson imports these; each module is one idea, in the order the course meets t
 - ``regimes``: frozen, LoRA and full fine-tuning on the same data and budget (lessons 1, 3);
 - ``lora``: LoRA with peft, and one backbone serving many tasks (lesson 3);
 - ``costs``: what each regime costs in parameters and bytes (lesson 3);
+- ``frontier``: every parameter-efficient method trained on one encoder and budget (lesson 3b);
 - ``similarity``: sentence embeddings, [CLS] against mean, Sentence-BERT (lesson 4);
 - ``published``: the papers' figures, cited, each with its table and split;
 - ``derived``: the course's own arithmetic about bert-base, computed from formulas (never "published");
