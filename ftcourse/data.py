@@ -310,7 +310,7 @@ def tokenize(dataset: datasets.Dataset, tokenizer, max_length: int, text: str = 
         return tokenizer(batch[text], second, truncation=True, max_length=max_length)
 
     encoded = dataset.map(encode, batched=True, remove_columns=[c for c in dataset.column_names if c != label])
-    return encoded.rename_column(label, "labels") if label else encoded
+    return encoded.rename_column(label, "labels") if label and label != "labels" else encoded
 
 
 def entity_question(tokens: list[str], tags: list[int], kind: str = "ORG"):

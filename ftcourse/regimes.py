@@ -51,9 +51,10 @@ def tokenize_sentences(dataset: datasets.Dataset, tokenizer, max_length: int, te
         raise ValueError(f"The dataset has columns {dataset.column_names}; asked for text {columns} and label "
                          f"{label!r}{f', missing {missing}' if missing else ''}. Fix: pass text= (one column, or two "
                          "for a pair) and label= with the names of its columns.")
-    encoded = dataset.map(lambda b: tokenizer(*(b[c] for c in columns), truncation=True, max_length=max_length),
-                          batched=True, remove_columns=list(columns))
-    return encoded.rename_column(label, "labels") if label != "labels" else encoded
+    from .data import tokenize  # the one tokenization path for sentences and pairs
+
+    return tokenize(dataset, tokenizer, max_length, text=columns[0],
+                    pair=columns[1] if len(columns) == 2 else None, label=label)
 
 
 def num_labels_of(*splits: datasets.Dataset) -> int:
