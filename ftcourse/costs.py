@@ -192,11 +192,11 @@ def bitfit_classifier(config=None, num_labels: int = 2) -> nn.Module:
     """BitFit (Ben Zaken et al., 2022) on the real classifier: every bias trains (the
     projections', the LayerNorms' and the pooler's) and the head; peft has no BitFit config,
     so the ``requires_grad`` flags are set by name, as BitFit does."""
-    return _train_only(sequence_classifier(config, num_labels),
+    return train_only(sequence_classifier(config, num_labels),
                        lambda name: name.endswith(".bias") or name.startswith("classifier."))
 
 
-def _train_only(model: nn.Module, trains) -> nn.Module:
+def train_only(model: nn.Module, trains) -> nn.Module:
     """``model`` with ``requires_grad`` on exactly the parameters whose name ``trains`` accepts."""
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(trains(name))
@@ -344,7 +344,7 @@ def peft_method_costs(config=None, num_labels: int = 2, ranks: Sequence[int] = D
     on = ", ".join(targets)
     models = [  # (method, setting, how counted, builder of the real model)
         ("frozen + linear head", "[CLS] features, backbone shared", "torch model",
-         lambda: _train_only(sequence_classifier(config, num_labels), lambda name: name.startswith("classifier."))),
+         lambda: train_only(sequence_classifier(config, num_labels), lambda name: name.startswith("classifier."))),
         ("BitFit", "every bias, layer norms' and pooler's too", "torch model",
          lambda: bitfit_classifier(config, num_labels)),
         ("prompt tuning", f"{num_virtual_tokens} virtual tokens", "peft model",
@@ -367,7 +367,7 @@ def peft_method_costs(config=None, num_labels: int = 2, ranks: Sequence[int] = D
     houlsby = houlsby_adapter_parameters(config, adapter_size) + head
     costs.append(MethodCost("Houlsby adapters", f"bottleneck {adapter_size}, 2 per layer, + layer norms", houlsby,
                             head, backbone, houlsby, dtype, backbone, "formula", HOULSBY_NOTE))
-    full = split_trainable(_train_only(sequence_classifier(config, num_labels), lambda name: True))
+    full = split_trainable(train_only(sequence_classifier(config, num_labels), lambda name: True))
     costs.append(MethodCost("full fine-tuning", "every weight, a full copy per task", full["trainable"], full["head"],
                             0, full["trainable"], dtype, backbone, "torch model"))
     return costs
