@@ -91,6 +91,7 @@ class Profile:
     frontier_validation_size: int = 2000
     frontier_epochs: int = 2
     frontier_seeds: tuple = (0, 1, 2)
+    frontier_eval_size: int | None = None  # SST-2 dev sentences scored (None = all 872)
 
     def with_(self, **changes) -> "Profile":
         """A copy with some fields changed, e.g. ``profile.with_(epochs=3)``."""
@@ -186,7 +187,7 @@ def shrunk(base: Profile, examples: int, **changes) -> Profile:
                       learning_curve_min_examples=examples, learning_curve_eval_size=64,
                       adapter_train_size=examples, exercise_train_size=examples, exercise_eval_size=examples,
                       stability_seeds=(0,), frontier_train_size=examples, frontier_validation_size=examples,
-                      frontier_epochs=1, frontier_seeds=(0,), **changes)
+                      frontier_epochs=1, frontier_seeds=(0,), frontier_eval_size=examples, **changes)
 
 
 # The offline profile shrunk: for tests and the grader's own tests (``ftcourse grade --profile smoke``).
