@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from transformers.modeling_outputs import BaseModelOutput
 
 from . import config, costs, heads, training
+from .regimes import accuracy_on
 from .report import Table
 
 # The same settings as lesson 3's bert-base accounting of these methods counts.
@@ -167,11 +168,6 @@ class FrontierRun:
         return asdict(self)
 
 
-def _accuracy(model, data) -> float:
-    logits, labels = training.predict(model, data)
-    return training.accuracy(logits, labels)["accuracy"]
-
-
 def run_method(m: Method, encoder: nn.Module, train: datasets.Dataset, validation: datasets.Dataset, lr: float,
                profile=None, seed: int = 0, num_labels: int = 2, dev: datasets.Dataset | None = None,
                head_lr: float | None = None):
@@ -188,7 +184,7 @@ def run_method(m: Method, encoder: nn.Module, train: datasets.Dataset, validatio
         history = training.train(model, train, settings)
     split = trainable_split(model)
     stored = heads.count_parameters(model)["total"] if m.name == "full fine-tuning" else sum(split.values())
-    run = FrontierRun(m.name, lr, seed, _accuracy(model, validation), _accuracy(model, dev) if dev is not None else None,
+    run = FrontierRun(m.name, lr, seed, accuracy_on(model, validation), accuracy_on(model, dev) if dev is not None else None,
                       split["method"], split["head"], 4 * stored, history.seconds_per_epoch, peak["bytes"],
                       len(history.losses))
     return run, model
@@ -226,7 +222,7 @@ def frontier(encoder: nn.Module, train: datasets.Dataset, validation: datasets.D
     for m in tqdm(methods, desc="frontier"):
         tried = sweep(m, encoder, train, validation, profile, seeds[0], num_labels, head_lr)
         best, model = max(tried, key=lambda pair: pair[0].validation)  # ties: the first tried
-        best.dev = _accuracy(model, dev)
+        best.dev = accuracy_on(model, dev)
         if m.name == FROZEN:
             head_lr = best.lr
         runs += [run for run, _ in tried]
@@ -352,7 +348,7 @@ def verdicts(summary: dict, keep: float = 0.97) -> list[str]:
         lines.append(f"keep >= {keep:.0%} of full fine-tuning's dev accuracy ({full['mean']:.3f}): {listed}")
     else:
         lines.append(f"no method keeps {keep:.0%} of full fine-tuning's dev accuracy ({full['mean']:.3f}) here")
-    peft_names = [n for n in summary if n not in ("full fine-tuning", "frozen + linear head")]
+    peft_names = [n for n in summary if n not in ("full fine-tuning", FROZEN)]
     time_ratio = {n: summary[n]["seconds_per_epoch"] / full["seconds_per_epoch"] for n in peft_names}
     memory_ratio = {n: summary[n]["peak_memory_bytes"] / max(full["peak_memory_bytes"], 1) for n in peft_names}
     fastest, slowest = min(time_ratio, key=time_ratio.get), max(time_ratio, key=time_ratio.get)

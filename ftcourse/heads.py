@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .similarity import check_pooling, pool
+
 IGNORE_INDEX = -100  # the label cross_entropy skips: special tokens and non-first subtokens
 # What set_regime does with θ (fixed or trained); the three regimes the course compares are regimes.REGIMES.
 ENCODER_REGIMES = ("frozen", "finetune")
@@ -40,18 +42,13 @@ class SentenceClassifier(Head):
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, pooling: str = "cls"):
         super().__init__()
-        if pooling not in ("cls", "mean"):
-            raise ValueError(f"Unknown pooling {pooling!r}. Known: cls, mean.")
+        check_pooling(pooling)
         self.pooling = pooling  # "mean": the average over real tokens, what a sentence-tuned encoder offers
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
 
     def forward(self, states, attention_mask=None):
-        if self.pooling == "cls" or attention_mask is None:
-            pooled = states[:, 0]
-        else:
-            mask = attention_mask.unsqueeze(-1).to(states.dtype)
-            pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        pooled = states[:, 0] if attention_mask is None else pool(states, attention_mask, self.pooling)
         return self.classifier(self.dropout(pooled))
 
     def loss(self, logits, labels):

@@ -185,7 +185,8 @@ class RegimeResult:
         return asdict(self)
 
 
-def _dev_accuracy(model, dev) -> float:
+def accuracy_on(model, dev) -> float:
+    """``model``'s classification accuracy on a tokenised split."""
     logits, labels = training.predict(model, dev)
     return training.accuracy(logits, labels)["accuracy"]
 
@@ -237,7 +238,7 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
         history = training.train(model, train, settings)
     counts = heads.count_parameters(model)
     stored = counts["trainable"] if regime == "lora" else counts["total"]
-    result = RegimeResult(regime, len(train), seed, epochs, _dev_accuracy(model, dev), counts["trainable"],
+    result = RegimeResult(regime, len(train), seed, epochs, accuracy_on(model, dev), counts["trainable"],
                           history.seconds_per_epoch, peak["bytes"], 4 * stored)
     return (result, model) if keep_model else result
 
