@@ -29,7 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers.modeling_outputs import BaseModelOutput
 
-from . import config, costs, heads, training
+from . import config, costs, heads, lora, training
 from .regimes import accuracy_on
 from .report import Table
 
@@ -46,10 +46,11 @@ _train_only = costs.train_only  # requires_grad on exactly the parameters whose 
 
 def _lora(rank: int, targets=("query", "value"), use_dora: bool = False):
     def build(encoder):
-        from peft import LoraConfig, inject_adapter_in_model
+        import dataclasses
 
-        settings = LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.1, target_modules=list(targets),
-                              use_dora=use_dora)
+        from peft import inject_adapter_in_model
+
+        settings = dataclasses.replace(lora.lora_config(rank, targets), use_dora=use_dora)  # alpha = r, dropout 0.1
         return _train_only(inject_adapter_in_model(settings, encoder), lambda name: "lora_" in name)
     return build
 

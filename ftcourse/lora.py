@@ -125,11 +125,11 @@ def lora_layer_output(linear: nn.Linear, A: torch.Tensor, B: torch.Tensor, alpha
     """What ``peft``'s own LoRA layer computes on ``x`` around a copy of the frozen ``linear``,
     given ``A`` (r×d_in) and ``B`` (d_out×r): lesson 3 checks its inline ``W x + (α/r)·B·A x``
     against it."""
-    from peft import LoraConfig, inject_adapter_in_model
+    from peft import inject_adapter_in_model
 
     holder = nn.Module()
     holder.projection = copy.deepcopy(linear)
-    settings = LoraConfig(r=A.shape[0], lora_alpha=alpha, lora_dropout=0.0, target_modules=["projection"])
+    settings = lora_config(A.shape[0], ["projection"], alpha=alpha, dropout=0.0)
     layer = inject_adapter_in_model(settings, holder).projection
     with torch.no_grad():
         layer.lora_A["default"].weight.copy_(A)
