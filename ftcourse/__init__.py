@@ -14,6 +14,7 @@ A lesson imports these; each module is one idea, in the order the course meets t
 - ``lora``: LoRA with peft, and one backbone serving many tasks (lesson 3);
 - ``costs``: what each regime costs in parameters and bytes (lesson 3);
 - ``frontier``: every parameter-efficient method trained on one encoder and budget (lesson 3b);
+- ``ablations``: partial freezing, the stability tactics one at a time, and what pretraining buys (lesson 3c);
 - ``similarity``: sentence embeddings, [CLS] against mean, Sentence-BERT (lesson 4);
 - ``published``: the papers' figures, cited, each with its table and split;
 - ``derived``: the course's own arithmetic about bert-base, computed from formulas (never "published");

@@ -92,6 +92,16 @@ class Profile:
     frontier_epochs: int = 2
     frontier_seeds: tuple = (0, 1, 2)
     frontier_eval_size: int | None = None  # SST-2 dev sentences scored (None = all 872)
+    # Lesson 3c, between the extremes: on the frontier's sentences and budget. The tactics need a
+    # mean and a spread; partial freezing and the pretraining comparison read one figure per
+    # setting, so fewer seeds keep the lesson to minutes.
+    tactic_seeds: tuple = (0, 1, 2)
+    freezing_seeds: tuple = (0, 1)
+    # Lesson 4b, the span head trained: questions made from CoNLL-2003 sentences (train) and
+    # scored on questions over its dev sentences; None = every sentence that names an entity.
+    span_train_size: int | None = None
+    span_eval_size: int | None = None
+    span_epochs: int = 2
 
     def with_(self, **changes) -> "Profile":
         """A copy with some fields changed, e.g. ``profile.with_(epochs=3)``."""
@@ -161,6 +171,9 @@ PROFILES = {
         frontier_train_size=600,
         frontier_validation_size=300,
         frontier_epochs=1,
+        # Lesson 4b's span head: 1,000 questions x 2 epochs (125 steps a regime), 500 held out.
+        span_train_size=1000,
+        span_eval_size=500,
     ),
     "paper": Profile(
         name="paper",
@@ -187,7 +200,9 @@ def shrunk(base: Profile, examples: int, **changes) -> Profile:
                       learning_curve_min_examples=examples, learning_curve_eval_size=64,
                       adapter_train_size=examples, exercise_train_size=examples, exercise_eval_size=examples,
                       stability_seeds=(0,), frontier_train_size=examples, frontier_validation_size=examples,
-                      frontier_epochs=1, frontier_seeds=(0,), frontier_eval_size=examples, **changes)
+                      frontier_epochs=1, frontier_seeds=(0,), frontier_eval_size=examples, tactic_seeds=(0,),
+                      freezing_seeds=(0,), span_train_size=examples, span_eval_size=examples, span_epochs=1,
+                      **changes)
 
 
 # The offline profile shrunk: for tests and the grader's own tests (``ftcourse grade --profile smoke``).
