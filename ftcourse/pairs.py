@@ -1,0 +1,132 @@
+"""The pair head, trained: a cross-encoder, and what comparing n sentences costs with it.
+
+A cross-encoder packs ``[CLS] a [SEP] b [SEP]`` into one input and reads a similarity score off
+[CLS] (``heads.PairClassifier`` with one output: regression on STS-B's 0-5 scores). Every token
+of ``a`` attends to every token of ``b``, which is why it reads a pair well, and why nothing it
+computes can be reused: comparing ``n`` sentences with each other takes ``n (n - 1) / 2`` encoder
+passes. A bi-encoder (Sentence-BERT, lesson 4) encodes each sentence once, ``n`` passes, and
+compares the vectors with a cosine. That cost is the reason the Sentence-BERT paper gives for
+bi-encoders; ``pairwise_cost`` measures it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+
+import datasets
+import torch
+from torch import nn
+
+from . import config, data, heads, similarity, training
+from .report import Table
+
+
+def tokenize_pairs(pairs: datasets.Dataset, tokenizer, max_length: int) -> datasets.Dataset:
+    """STS-B pairs as ``[CLS] sentence1 [SEP] sentence2 [SEP]``, the score (0-5) as ``labels``."""
+    return data.tokenize(pairs, tokenizer, max_length, text="sentence1", pair="sentence2", label="score")
+
+
+def cross_encoder(encoder: nn.Module, seed: int = 0) -> heads.TaskModel:
+    """A one-output pair head on a copy of ``encoder``, every weight trainable."""
+    torch.manual_seed(seed)
+    return heads.TaskModel(copy.deepcopy(encoder), heads.PairClassifier(encoder.config.hidden_size, num_labels=1))
+
+
+def train_cross_encoder(encoder: nn.Module, train: datasets.Dataset, profile=None, seed: int = 0,
+                        epochs: int | None = None, lr: float | None = None, pad_token_id: int = 0):
+    """``cross_encoder(encoder)`` fine-tuned on tokenised pairs by the recipe, with lesson 4's
+    siamese budget by default (the profile's siamese epochs and batch size, its fine-tuning
+    lr), so the two architectures get the same steps. Returns ``(model, history)``."""
+    profile = config.get_profile(profile)
+    model = cross_encoder(encoder, seed)
+    settings = training.TrainConfig(lr=lr or profile.finetune_lr, epochs=epochs or profile.siamese_epochs,
+                                    batch_size=profile.siamese_batch_size, seed=seed, progress=False)
+    return model, training.train(model, train, settings, pad_token_id=pad_token_id)
+
+
+def predicted_scores(model, pairs: datasets.Dataset, pad_token_id: int = 0) -> torch.Tensor:
+    logits, _ = training.predict(model, pairs, pad_token_id=pad_token_id)
+    return torch.stack(logits).squeeze(-1)
+
+
+def spearman_x100(model, pairs: datasets.Dataset, pad_token_id: int = 0) -> float:
+    """Spearman x100 between the model's scores and the gold ones, as the papers report."""
+    return similarity.spearman(predicted_scores(model, pairs, pad_token_id).numpy(), list(pairs["labels"]))
+
+
+def pairwise_cost(cross_model, bi_model, tokenizer, sentences: list[str], max_length: int) -> dict:
+    """Compare every sentence of ``sentences`` with every other, both ways, and time it:
+
+    - the cross-encoder scores each of the ``n (n - 1) / 2`` pairs in an encoder pass of its own;
+    - the bi-encoder (a ``SentenceTransformer``) encodes the ``n`` sentences once, then one
+      matrix product gives every cosine.
+
+    Returns the passes, seconds and seconds per pass of each."""
+    n = len(sentences)
+    if n < 2:
+        raise ValueError(f"Comparing sentences needs at least 2, got {n}.")
+    first, second = zip(*[(sentences[i], sentences[j]) for i in range(n) for j in range(i + 1, n)])
+    packed = tokenize_pairs(datasets.Dataset.from_dict({"sentence1": list(first), "sentence2": list(second),
+                                                       "score": [0.0] * len(first)}), tokenizer, max_length)
+    start = time.perf_counter()
+    predicted_scores(cross_model, packed.remove_columns(["labels"]), tokenizer.pad_token_id)
+    cross_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    similarity.cosine_matrix(bi_model.encode(sentences))
+    bi_seconds = time.perf_counter() - start
+    return {"sentences": n, "cross_passes": len(first), "bi_passes": n, "cross_seconds": cross_seconds,
+            "bi_seconds": bi_seconds}
+
+
+def extrapolate(cost: dict, sentences: int) -> dict:
+    """The same work for ``sentences`` sentences, from the measured time per pass (the cosine
+    matrix's own share is ignored: it is one product)."""
+    pairs = sentences * (sentences - 1) // 2
+    return {"sentences": sentences, "cross_passes": pairs, "bi_passes": sentences,
+            "cross_seconds": cost["cross_seconds"] / cost["cross_passes"] * pairs,
+            "bi_seconds": cost["bi_seconds"] / cost["bi_passes"] * sentences}
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:,.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:,.1f} min"
+    return f"{seconds:,.1f} s"
+
+
+def cost_table(measured: dict, extrapolated: dict) -> Table:
+    rows = []
+    for label, cost, how in ((f"{measured['sentences']:,} sentences", measured, "measured"),
+                             (f"{extrapolated['sentences']:,} sentences", extrapolated, "extrapolated per pass")):
+        rows.append([label, how, cost["cross_passes"], _duration(cost["cross_seconds"]), cost["bi_passes"],
+                     _duration(cost["bi_seconds"]), cost["cross_seconds"] / cost["bi_seconds"]])
+    return Table(["every pair of", "how", "cross passes", "cross time", "bi passes", "bi time", "cross / bi"], rows,
+                 formats={"cross / bi": "{:,.0f}x"},
+                 notes=["cross: one encoder pass per pair; bi: one per sentence, then a single cosine matrix"])
+
+
+def passes_ratio(sentences: int) -> float:
+    """How many more encoder passes the cross-encoder needs: (n - 1) / 2."""
+    return (sentences * (sentences - 1) / 2) / sentences if sentences > 1 else math.nan
+
+
+def verdicts(cross: float, bi: float, cost: dict, extrapolated: dict, published: dict, paper_cost: dict) -> list[str]:
+    """The Sentence-BERT paper's two claims about cross- and bi-encoders, read off the runs:
+    trained on STS-B, the two are close (Table 2: within half a point); comparing every pair of
+    ``n`` sentences costs the cross-encoder (n - 1) / 2 times the passes, and so hours where the
+    bi-encoder takes seconds."""
+    paper_gap = published["bi_encoder"] - published["cross_encoder"]
+    ratio = extrapolated["cross_seconds"] / extrapolated["bi_seconds"]
+    return [
+        f"trained on STS-B, STS-B test: cross-encoder {cross:.2f}, bi-encoder {bi:.2f} ({bi - cross:+.2f}); the "
+        f"paper's Table 2 (bert-base): {published['cross_encoder']:.2f} and {published['bi_encoder']:.2f} "
+        f"({paper_gap:+.2f}): {'the cross-encoder leads here' if cross > bi else 'the bi-encoder leads here'}",
+        f"every pair of {extrapolated['sentences']:,} sentences: {extrapolated['cross_passes']:,} cross-encoder "
+        f"passes against {extrapolated['bi_passes']:,}, {_duration(extrapolated['cross_seconds'])} against "
+        f"{_duration(extrapolated['bi_seconds'])} here ({ratio:,.0f}x; the paper: about "
+        f"{paper_cost['cross_encoder_hours']} hours against {paper_cost['bi_encoder_seconds']} seconds on a GPU): "
+        f"{'agrees' if ratio > 100 else 'DISAGREES'}",
+    ]

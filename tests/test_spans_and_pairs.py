@@ -1,0 +1,125 @@
+"""The span and pair heads, trained (lesson 4b): examples built right, answers decoded within the
+passage, SQuAD's scores, a cross-encoder that learns scores, and the cost of comparing n sentences."""
+
+import datasets
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from ftcourse import config, data, heads, pairs, spans
+
+
+@pytest.fixture
+def encoder():
+    torch.manual_seed(0)
+    return BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                max_position_embeddings=128), add_pooling_layer=False)
+
+
+@pytest.fixture
+def profile():
+    return config.get_profile("smoke").with_(regime_batch_size=8, siamese_batch_size=8, siamese_epochs=1)
+
+
+def conll_rows():
+    tag = data.CONLL_LABELS.index
+    return datasets.Dataset.from_dict({
+        "tokens": [["EU", "rejects", "German", "call"], ["Peter", "Blackburn"], ["no", "entity", "here"],
+                   ["BRUSSELS", "1996-08-22"]],
+        "ner_tags": [[tag("B-ORG"), 0, tag("B-MISC"), 0], [tag("B-PER"), tag("I-PER")], [0, 0, 0], [tag("B-LOC"), 0]],
+    })
+
+
+def test_entity_questions_ask_about_every_kind_in_turn_and_skip_sentences_without_one():
+    questions = spans.entity_questions(conll_rows())
+    # sentence 0 asks from PER on: it has no PER, so ORG; sentence 1 from ORG on: it has PER only;
+    # sentence 2 has no entity; sentence 3 from MISC on: LOC.
+    assert questions["answer"] == ["EU", "Peter Blackburn", "BRUSSELS"]
+    assert questions["question"] == ["Which organisation is mentioned?", "Which person is mentioned?",
+                                     "Which place is mentioned?"]
+    assert spans.entity_questions(conll_rows(), limit=2).num_rows == 2
+    with pytest.raises(data.EmptySplitError, match="names an entity"):
+        spans.entity_questions(conll_rows().select([2]))
+
+
+def test_tokenized_spans_point_at_the_answer(tokenizer):
+    examples = spans.tokenize_spans(spans.entity_questions(conll_rows()), tokenizer, 32)
+    for example in examples:
+        start, end = example["labels"]
+        assert tokenizer.decode(example["input_ids"][start:end + 1]) == example["answer"].lower()
+        assert all(example["token_type_ids"][i] == 1 for i in range(start, end + 1))
+
+
+def test_a_truncated_answer_is_dropped(tokenizer):
+    long = datasets.Dataset.from_dict({"question": ["Which place is mentioned?"],
+                                       "context": [" ".join(["word"] * 40) + " Paris"],
+                                       "answer_start": [len(" ".join(["word"] * 40)) + 1], "answer": ["Paris"]})
+    assert spans.tokenize_spans(long, tokenizer, 16).num_rows == 0
+
+
+def test_best_span_stays_in_the_passage_in_order_and_short():
+    context = torch.tensor([False, False, True, True, True, False])
+    start = torch.tensor([9.0, 0, 1, 6, 0, 9])  # the best start logits sit outside the passage
+    end = torch.tensor([9.0, 0, 4, 0, 2, 9])
+    assert spans.best_span(start, end, context) == (3, 4)  # start 3 then end 4 (end 2 would precede it)
+    assert spans.best_span(start, end, context, max_answer_tokens=1) == (3, 3)
+    with pytest.raises(ValueError, match="context"):
+        spans.best_span(start, end, torch.zeros(6, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("predicted, gold, em, f1", [
+    ("The European Union", "european union", 1.0, 1.0),
+    ("European", "European Union", 0.0, 2 / 3),
+    ("Paris", "London", 0.0, 0.0),
+])
+def test_squad_scores(predicted, gold, em, f1):
+    assert spans.exact_match(predicted, gold) == em
+    assert spans.token_f1(predicted, gold) == pytest.approx(f1)
+
+
+def test_span_regimes_train_what_they_say(encoder, tokenizer, profile):
+    examples = spans.tokenize_spans(spans.entity_questions(conll_rows()), tokenizer, 32)
+    frozen = spans.span_model("frozen", encoder, profile)
+    assert heads.count_parameters(frozen)["trainable"] == 32 * 2 + 2
+    lora = spans.span_model("lora", encoder, profile)
+    assert 32 * 2 + 2 < heads.count_parameters(lora)["trainable"] < heads.count_parameters(encoder)["total"]
+    scores, models = spans.train_span_regimes(encoder, examples, examples, tokenizer, profile)
+    assert list(scores) == list(spans.SPAN_REGIMES)
+    assert all(0 <= s["exact_match"] <= s["f1"] + 1e-9 <= 1 + 1e-9 and s["steps"] == 1 for s in scores.values())
+    assert not all(torch.equal(a, b) for a, b in zip(encoder.parameters(), models["finetune"].encoder.parameters()))
+    with pytest.raises(ValueError, match="Known regimes: frozen, lora, finetune"):
+        spans.span_model("prompt", encoder, profile)
+    assert "exact match" in spans.span_table(scores, examples.num_rows).columns
+
+
+def stsb_rows(n=24):
+    g = torch.Generator().manual_seed(0)
+    words = ["a dog runs", "a cat sleeps", "the man sings", "two kids play", "rain falls", "a car stops"]
+    first = [words[int(torch.randint(0, 6, (1,), generator=g))] for _ in range(n)]
+    second = [w if i % 2 else words[(words.index(w) + 1) % 6] for i, w in enumerate(first)]
+    return datasets.Dataset.from_dict({"sentence1": first, "sentence2": second,
+                                       "score": [5.0 if i % 2 else 0.5 for i in range(n)]})
+
+
+def test_a_cross_encoder_reads_both_sentences_and_learns_the_scores(encoder, tokenizer, profile):
+    train = pairs.tokenize_pairs(stsb_rows(), tokenizer, 32)
+    assert set(train[0]["token_type_ids"]) == {0, 1}
+    model, history = pairs.train_cross_encoder(encoder, train, profile, epochs=30, lr=3e-3)
+    assert len(history.losses) == 30 * 3
+    assert pairs.spearman_x100(model, train) > 50  # same-sentence pairs score high, others low
+
+
+def test_pairwise_cost_counts_the_passes_and_extrapolates(encoder, tokenizer):
+    class Bi:  # a bi-encoder stand-in: one vector per sentence
+        def encode(self, sentences):
+            return torch.randn(len(sentences), 8).numpy()
+
+    cost = pairs.pairwise_cost(pairs.cross_encoder(encoder), Bi(), tokenizer, ["a b", "c d", "e f", "g h"], 16)
+    assert (cost["cross_passes"], cost["bi_passes"]) == (6, 4)
+    far = pairs.extrapolate(cost, 10_000)
+    assert far["cross_passes"] == 49_995_000 and far["bi_passes"] == 10_000
+    assert far["cross_seconds"] == pytest.approx(cost["cross_seconds"] / 6 * 49_995_000)
+    assert pairs.passes_ratio(10_000) == pytest.approx(4999.5)
+    assert len(pairs.cost_table(cost, far).rows) == 2
+    with pytest.raises(ValueError, match="at least 2"):
+        pairs.pairwise_cost(None, Bi(), tokenizer, ["alone"], 16)
