@@ -89,7 +89,8 @@ def measure(profile: str = "laptop", only: list[str] | None = None, timeout: int
 #: The encoder whose compute dominates each notebook in the offline profile (bench/README.md).
 DOMINANT_ENCODER = {"notebooks/01_composition": "encoder", "notebooks/02_feature_readout": "encoder",
                     "notebooks/03_costs_and_lora": "encoder", "notebooks/03b_peft_frontier": "encoder",
-                    "notebooks/04_cls_vs_sbert": "raw_encoder",
+                    "notebooks/03c_between_the_extremes": "encoder", "notebooks/04_cls_vs_sbert": "raw_encoder",
+                    "notebooks/04b_span_and_pair_heads": "encoder",
                     "notebooks/05_exercise_bert_base": None, "solutions/05_exercise_bert_base": "encoder"}
 
 

@@ -16,6 +16,8 @@ A lesson imports these; each module is one idea, in the order the course meets t
 - ``frontier``: every parameter-efficient method trained on one encoder and budget (lesson 3b);
 - ``ablations``: partial freezing, the stability tactics one at a time, and what pretraining buys (lesson 3c);
 - ``similarity``: sentence embeddings, [CLS] against mean, Sentence-BERT (lesson 4);
+- ``spans``: the span head trained, extractive answers scored as SQuAD is (lesson 4b);
+- ``pairs``: the pair head trained, a cross-encoder against a bi-encoder and its cost (lesson 4b);
 - ``published``: the papers' figures, cited, each with its table and split;
 - ``derived``: the course's own arithmetic about bert-base, computed from formulas (never "published");
 - ``report``: results as tables, published beside measured, and each lesson's headline;

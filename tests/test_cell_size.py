@@ -7,7 +7,7 @@ also stated in CONTRIBUTING.md's Notebooks section:
 - at most ``MAX_CODE_LINES`` code lines (non-blank, non-comment) in any code cell;
 - at most ``MAX_PRESENTATION_SHARE[lesson]`` of a lesson's code lines print, plot or format
   (``PRESENTATION``), each set just above the share measured when the test was written
-  (01: 22%, 02: 36%, 03: 20%, 03b: 29%, 04: 29%), so a lesson's display can shrink but not grow.
+  (01: 22%, 02: 36%, 03: 20%, 03b: 29%, 03c: 22%, 04: 29%, 04b: 18%), so a lesson's display can shrink but not grow.
 """
 
 import re
@@ -18,7 +18,7 @@ import pytest
 from ftcourse.config import REPO_ROOT
 
 MAX_CODE_LINES = 12
-MAX_PRESENTATION_SHARE = {"01": 0.25, "02": 0.38, "03": 0.22, "03b": 0.31, "04": 0.31}
+MAX_PRESENTATION_SHARE = {"01": 0.25, "02": 0.38, "03": 0.22, "03b": 0.31, "03c": 0.24, "04": 0.31, "04b": 0.20}
 LESSONS = sorted(REPO_ROOT.glob("notebooks/0[1-4]*_*.ipynb"))
 # A line that shows a result rather than computes it: printing, displaying, plotting, formatting.
 PRESENTATION = re.compile(r"\bprint\(|\bdisplay\(|\bplt\.|\bax\.|\baxes\b|\bfig\b|plot|\.style\b|\bTable\(|"
@@ -44,7 +44,7 @@ def presentation_share(path) -> float:
 
 
 def test_the_lessons_are_found():
-    assert [lesson(p) for p in LESSONS] == ["01", "02", "03", "03b", "04"]
+    assert [lesson(p) for p in LESSONS] == ["01", "02", "03", "03b", "03c", "04", "04b"]
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)

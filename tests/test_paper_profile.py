@@ -342,10 +342,23 @@ def _lesson3b(text):
     assert "Pareto front, fewest parameters first:" in text and "prompt tuning:" in text
 
 
+def _lesson3c(text):
+    # bert-base's 12 layers: partial freezing reads k = 0, 4, 8, 12, and the tactics freeze the lower 6
+    assert re.search(r"^12 layers; k=2 leaves [\d,]+ of 108,891,648 parameters training; the package's freeze_lower "
+                     r"leaves the same: True", text, re.MULTILINE), text[:3000]
+    assert re.search(r"^k=12 +1,538 ", text, re.MULTILINE) and "lower 6 layers frozen" in text
+
+
 def _lesson4(text):
     assert "raw encoder: 12 layers, hidden size 768" in text
     assert "sentence model: 12 layers, hidden size 768, its own pooling: mean" in text
     assert "trained with mean pooling" in text and "trained with cls  pooling" in text
+
+
+def _lesson4b(text):
+    # the span and pair heads on bert-base's width: a 768 -> 2 span head alone when frozen
+    assert re.search(r"^frozen +1,538 ", text, re.MULTILINE), text[:3000]
+    assert "every pair of 10,000 sentences: 49,995,000 cross-encoder passes against 10,000" in text
 
 
 def _exercise_solution(text):
@@ -361,6 +374,8 @@ NOTEBOOK_CHECKS = {
     "notebooks/02_feature_readout": [_lesson2],
     "notebooks/03_costs_and_lora": [_lesson3],
     "notebooks/03b_peft_frontier": [_lesson3b],
+    "notebooks/03c_between_the_extremes": [_lesson3c],
     "notebooks/04_cls_vs_sbert": [_lesson4],
+    "notebooks/04b_span_and_pair_heads": [_lesson4b],
     "solutions/05_exercise_bert_base": [_exercise_solution],
 }

@@ -104,6 +104,7 @@ def stsb_rows(n=24):
 def test_a_cross_encoder_reads_both_sentences_and_learns_the_scores(encoder, tokenizer, profile):
     train = pairs.tokenize_pairs(stsb_rows(), tokenizer, 32)
     assert set(train[0]["token_type_ids"]) == {0, 1}
+    assert sorted(set(train["labels"])) == pytest.approx([0.1, 1.0])  # STS-B's 0.5 and 5.0, rescaled to 0..1
     model, history = pairs.train_cross_encoder(encoder, train, profile, epochs=30, lr=3e-3)
     assert len(history.losses) == 30 * 3
     assert pairs.spearman_x100(model, train) > 50  # same-sentence pairs score high, others low

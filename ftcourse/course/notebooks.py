@@ -39,7 +39,7 @@ MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/|/Users/|[A-Z]:\\\\)")
 # together (longest first). Only the order depends on this list (offline profile, heaviest
 # first); a notebook not named here runs after these, in course order.
 HEAVIEST_FIRST = ("solutions/05_exercise_bert_base", "notebooks/03b_peft_frontier", "notebooks/03_costs_and_lora",
-                  "notebooks/04_cls_vs_sbert",
+                  "notebooks/03c_between_the_extremes", "notebooks/04_cls_vs_sbert", "notebooks/04b_span_and_pair_heads",
                   "notebooks/02_feature_readout", "notebooks/01_composition")
 # Notebooks a CPU build runs at once. The course's encoders are small: one kernel on 2 threads
 # trains only 1.2x (the 4 x 128 siamese encoder) to 1.55x (MiniLM) faster than on 1 thread, so two
