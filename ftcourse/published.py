@@ -43,6 +43,9 @@ SBERT_PAIRWISE_COST = {"sentences": 10_000, "cross_encoder_hours": 65, "bi_encod
 
 LORA_PAPER = "Hu et al. (2021), LoRA: Low-Rank Adaptation of Large Language Models"
 
+#: Section 3.1, pre-training data: the corpus bert-base was pretrained on, in words.
+BERT_PRETRAINING_WORDS = {"BooksCorpus": 800_000_000, "English Wikipedia": 2_500_000_000}
+
 BERT_GLUE = "Devlin et al. (2019), BERT, Table 1: GLUE test sets (bert-base fine-tuned on the whole training set)"
 #: Task -> accuracy x100 on the GLUE **test** set, bert-base fine-tuned on all 67k SST-2
 #: sentences: not the course's split (dev) nor its setup (a smaller encoder, a subset).

@@ -14,7 +14,7 @@ module reproduces that experiment in three steps, each cheap after the first:
    (``weighted_sum_all``, ``weighted_sum_last4``), or their concatenation (``concat_last4``).
 3. **Train a small head** (the paper's BiLSTM, or a linear probe) on the cached word
    features and score it with seqeval on the whole validation split. The encoder never
-   runs again: that is why a readout trains two orders of magnitude faster than fine-tuning.
+   runs again: that is why a readout trains much faster than fine-tuning (lesson 2 measures by how much).
 
 ``finetune_tagger`` gives the paper's last row: the whole encoder trained with a token
 classification head on the same sentences, scored the same way.
