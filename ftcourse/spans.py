@@ -50,12 +50,14 @@ def entity_questions(split: datasets.Dataset, limit: int | None = None) -> datas
 
 def tokenize_spans(questions: datasets.Dataset, tokenizer, max_length: int) -> datasets.Dataset:
     """``[CLS] question [SEP] context [SEP]`` token ids, with ``labels`` = the answer's (start,
-    end) token positions and the gold ``answer`` kept for scoring. Examples whose answer was
-    truncated away are dropped."""
+    end) token positions. Kept for scoring: the gold ``answer``, the ``context`` and each
+    token's character ``offsets`` in it, so an answer is read back as the passage's own text.
+    Examples whose answer was truncated away are dropped."""
     encoded = tokenizer(list(questions["question"]), list(questions["context"]), truncation="only_second",
-                        max_length=max_length)
+                        max_length=max_length, return_offsets_mapping=True)
     rows = collections.defaultdict(list)
-    for i, (start, answer) in enumerate(zip(questions["answer_start"], questions["answer"])):
+    for i, (start, answer, context) in enumerate(zip(questions["answer_start"], questions["answer"],
+                                                     questions["context"])):
         try:
             positions = heads.char_span_to_tokens(encoded, i, start, start + len(answer))
         except ValueError:
@@ -64,7 +66,13 @@ def tokenize_spans(questions: datasets.Dataset, tokenizer, max_length: int) -> d
             rows[key].append(encoded[key][i])
         rows["labels"].append(list(positions))
         rows["answer"].append(answer)
+        rows["context"].append(context)
+        rows["offsets"].append([list(pair) for pair in encoded["offset_mapping"][i]])
     return datasets.Dataset.from_dict(dict(rows))
+
+
+#: What ``tokenize_spans`` keeps for scoring, beside the model's inputs.
+SCORING_COLUMNS = ("answer", "context", "offsets")
 
 
 def best_span(start_logits: torch.Tensor, end_logits: torch.Tensor, context: torch.Tensor,
@@ -90,13 +98,15 @@ def context_mask(example: dict, sep_token_id: int) -> torch.Tensor:
 
 
 def decode(model, examples: datasets.Dataset, tokenizer) -> list[str]:
-    """The model's answer to each example, as text."""
-    logits, _ = training.predict(model, examples.remove_columns(["answer"]), pad_token_id=tokenizer.pad_token_id)
+    """The model's answer to each example: the passage's own text from its start token's first
+    character to its end token's last (as SQuAD's evaluation reads answers)."""
+    logits, _ = training.predict(model, examples.remove_columns(list(SCORING_COLUMNS)),
+                                 pad_token_id=tokenizer.pad_token_id)
     answers = []
     for example, example_logits in zip(examples, logits):
         n = len(example["input_ids"])
         start, end = best_span(example_logits[0, :n], example_logits[1, :n], context_mask(example, tokenizer.sep_token_id))
-        answers.append(tokenizer.decode(example["input_ids"][start:end + 1]))
+        answers.append(example["context"][example["offsets"][start][0]:example["offsets"][end][1]])
     return answers
 
 
@@ -157,7 +167,7 @@ def train_span_regimes(encoder: nn.Module, train: datasets.Dataset, held_out: da
     profile = config.get_profile(profile)
     lrs = {"frozen": profile.probe_lr, "lora": profile.lora_lr, "finetune": profile.finetune_lr}
     scores, models = {}, {}
-    train = train.remove_columns(["answer"])
+    train = train.remove_columns(list(SCORING_COLUMNS))
     for regime in SPAN_REGIMES:
         model = span_model(regime, encoder, profile, seed)
         settings = training.TrainConfig(lr=lrs[regime], head_lr=profile.probe_lr, epochs=epochs,

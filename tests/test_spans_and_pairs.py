@@ -48,6 +48,17 @@ def test_tokenized_spans_point_at_the_answer(tokenizer):
         start, end = example["labels"]
         assert tokenizer.decode(example["input_ids"][start:end + 1]) == example["answer"].lower()
         assert all(example["token_type_ids"][i] == 1 for i in range(start, end + 1))
+        # the offsets read the answer back as the passage's own text, case and punctuation kept
+        assert example["context"][example["offsets"][start][0]:example["offsets"][end][1]] == example["answer"]
+
+
+def test_an_answer_with_punctuation_is_read_back_exactly(tokenizer):
+    tag = data.CONLL_LABELS.index
+    rows = datasets.Dataset.from_dict({"tokens": [["The", "U.S.", "said"]], "ner_tags": [[0, tag("B-LOC"), 0]]})
+    examples = spans.tokenize_spans(spans.entity_questions(rows), tokenizer, 32)
+    start, end = examples[0]["labels"]
+    assert tokenizer.decode(examples[0]["input_ids"][start:end + 1]) == "u. s."  # what decoding ids would give
+    assert examples[0]["context"][examples[0]["offsets"][start][0]:examples[0]["offsets"][end][1]] == "U.S."
 
 
 def test_a_truncated_answer_is_dropped(tokenizer):
