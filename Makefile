@@ -54,11 +54,16 @@ system-packages:
 CORES      := $(shell nproc 2>/dev/null || echo 1)
 TEST_JOBS  ?= $(shell n=$(CORES); [ $$n -gt 4 ] && n=4; echo $$n)
 TEST_THREADS = $(shell t=$$(( $(CORES) / $(TEST_JOBS) )); [ $$t -lt 1 ] && t=1; echo $$t)
-PARALLEL   = -n $(TEST_JOBS) --dist loadfile
+# Files go to the workers in the order given (--no-loadscope-reorder): xdist's default sorts them by
+# their number of tests, which sent lesson 3b (23 minutes, 18 cells) out 55 minutes into a run.
+PARALLEL   = -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
+# The slowest test files (a notebook each under the paper-smoke profile; a class of hostile
+# submissions), started first beside the heaviest notebooks; pytest collects each file once.
+HEAVY_TESTS := tests/test_paper_profile.py tests/test_grading_hostile.py
 THREADS    = OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS)
 
 test-package: install
-	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) tests
+	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) $(HEAVY_TESTS) tests
 
 test-notebooks: install
 	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
@@ -67,7 +72,7 @@ test-notebooks: install
 # Both at once, balanced over the workers: what `make test` runs after the system packages.
 test-all: install
 	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
-	  $$($(BIN)/python -m ftcourse.course.notebooks order) tests
+	  $(HEAVY_TESTS) $$($(BIN)/python -m ftcourse.course.notebooks order) tests
 
 lab: install
 	$(BIN)/jupyter lab notebooks
