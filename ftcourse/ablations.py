@@ -195,8 +195,9 @@ def pretraining(encoder: nn.Module, pool, dev, profile=None, sizes=None, seeds=(
     for size in sizes:
         for seed in seeds:
             subset = data.subsample(pool, size, seed=seed)
-            epochs = math.ceil(steps / math.ceil(size / profile.regime_batch_size))
-            kept = made.get((size, seed, lrs["pretrained"], epochs * math.ceil(size / profile.regime_batch_size)))
+            batches = math.ceil(size / profile.regime_batch_size)
+            epochs = math.ceil(steps / batches)
+            kept = made.get((size, seed, lrs["pretrained"], epochs * batches))
             if kept is not None:
                 runs.append(replace(kept, study="pretraining", setting="pretrained"))
             else:
@@ -308,10 +309,6 @@ def plot_partial_freezing(runs, ax=None):
     return ax
 
 
-def _spread(s: dict) -> float:
-    return s["std"] if s["n"] > 1 else 0.0
-
-
 def verdicts(freezing_runs, tactic_runs, pretraining_runs) -> list[str]:
     """The text's claims, read off the runs."""
     lines = []
@@ -323,7 +320,7 @@ def verdicts(freezing_runs, tactic_runs, pretraining_runs) -> list[str]:
                  f"{deepest[1]['seconds_per_epoch'] / full['seconds_per_epoch']:.2f}x full fine-tuning's and it stores "
                  f"{deepest[1]['bytes_per_task'] / 2**20:.3f} MiB, at {100 * (full['mean'] - deepest[1]['mean']):.1f} "
                  f"points under it: {'agrees' if deepest[1]['seconds_per_epoch'] == min(s['seconds_per_epoch'] for _, s in points) else 'DISAGREES'}")
-    within = [k for k, s in points if full["mean"] - s["mean"] <= _spread(full) + _spread(s) + 0.01]
+    within = [k for k, s in points if full["mean"] - s["mean"] <= full["std"] + s["std"] + 0.01]
     below_top = [k for k, _ in points[:-1]]
     cheaper = all(points[i + 1][1]["seconds_per_epoch"] <= points[i][1]["seconds_per_epoch"] * 1.05
                   for i in range(len(points) - 1))
@@ -343,7 +340,7 @@ def verdicts(freezing_runs, tactic_runs, pretraining_runs) -> list[str]:
     tactic = summarize(tactic_runs)
     neither = tactic[("neither", tactic_runs[0].train_size)]
     ranked = sorted(((name, s) for (name, _), s in tactic.items() if name != "neither"), key=lambda x: -x[1]["mean"])
-    helps = [name for name, s in ranked if s["mean"] - neither["mean"] > _spread(s) + _spread(neither)]
+    helps = [name for name, s in ranked if s["mean"] - neither["mean"] > s["std"] + neither["std"]]
     lines.append(f"tactics at a high lr: neither {neither['mean']:.3f} ± {neither['std']:.3f}; "
                  + ", ".join(f"{name} {s['mean'] - neither['mean']:+.3f}" for name, s in ranked)
                  + (f"; beyond both spreads: {', '.join(helps)}, so {helps[0]} does the most work in this run" if helps
