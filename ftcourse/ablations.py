@@ -6,7 +6,8 @@ its own, with everything else held fixed:
 
 - **partial freezing**: the embeddings and the lower ``k`` layers stay frozen, the layers above
   and the head train (``freeze_lower``). The backward pass stops at layer ``k``, so an epoch
-  gets cheaper as ``k`` grows, and a task stores only its upper layers and head;
+  gets cheaper as ``k`` grows, and a task stores only its upper layers and head. LoRA sits beside
+  them: every pretrained weight frozen, small updates trained, the backward pass through all layers;
 - **the tactics one at a time**: warmup, layer-wise learning-rate decay, and freezing the lower
   layers, alone and together, at a learning rate high enough for them to matter;
 - **what pretraining buys**: the same architecture from a random initialisation, trained the
@@ -133,12 +134,17 @@ def _recipe(profile, seed: int, head_lr: float | None = None, **changes) -> trai
 
 
 def partial_freezing(encoder: nn.Module, train, dev, profile=None, ks=None, seeds=(0,),
-                     head_lr: float | None = None) -> list[AblationRun]:
+                     head_lr: float | None = None, lora_rank: int | None = None,
+                     lora_lr: float | None = None) -> list[AblationRun]:
     """Full fine-tuning, then the embeddings and the lower ``k`` layers frozen for each ``k``
     (default ``freezing_depths``), the rest trained with the head (at ``head_lr``, default the
-    profile's) by the recipe at the profile's fine-tuning lr, for every seed."""
+    profile's) by the recipe at the profile's fine-tuning lr, then LoRA at ``lora_rank``
+    (default the profile's; 0 leaves it out) at ``lora_lr`` (default the profile's), for every seed."""
+    from . import lora
+
     profile = config.get_profile(profile)
     ks = freezing_depths(encoder) if ks is None else ks
+    rank = profile.lora_rank if lora_rank is None else lora_rank
     runs = []
     for seed in seeds:
         runs.append(train_and_score("partial freezing", "nothing frozen", copy.deepcopy(encoder), train, dev,
@@ -146,6 +152,10 @@ def partial_freezing(encoder: nn.Module, train, dev, profile=None, ks=None, seed
         for k in ks:
             runs.append(train_and_score("partial freezing", f"k={k}", freeze_lower(copy.deepcopy(encoder), k), train,
                                         dev, _recipe(profile, seed, head_lr), profile.frozen_pooling, k=k))
+        if rank:
+            runs.append(train_and_score("partial freezing", f"LoRA r={rank}", lora.add_lora(copy.deepcopy(encoder), rank),
+                                        train, dev, _recipe(profile, seed, head_lr, lr=lora_lr or profile.lora_lr),
+                                        profile.frozen_pooling))
     return runs
 
 
@@ -254,10 +264,12 @@ def partial_freezing_table(runs, encoder_parameters: int) -> Table:
     n = full["n"]
     return Table(["lower layers frozen", "trainable", "share %", "MiB per task", "s/epoch", "x full", f"dev (n={n})"],
                  rows, formats={"share %": "{:.1f}", "MiB per task": "{:,.2f}", "s/epoch": "{:.1f}", "x full": "{:.2f}"},
-                 notes=["k: the embeddings and the lower k Transformer layers frozen (k=0: the embeddings only)",
+                 notes=["k: the embeddings and the lower k Transformer layers frozen (k=0: the embeddings only); "
+                        "LoRA: every pretrained weight frozen, rank-r updates on query and value trained",
                         "MiB per task: the trained layers and head, beside a shared frozen backbone; "
                         "nothing frozen stores the whole model",
-                        f"{full['steps']} optimiser steps each, lr {full['lr']:g}"])
+                        f"{full['steps']} optimiser steps each, lr {full['lr']:g}"
+                        + "".join(f" (LoRA: lr {s['lr']:g})" for (name, _), s in summary.items() if name.startswith("LoRA"))])
 
 
 def tactics_table(runs) -> Table:
@@ -295,6 +307,9 @@ def plot_partial_freezing(runs, ax=None):
                 label="dev accuracy")
     full = summary[("nothing frozen", runs[0].train_size)]
     ax.axhline(full["mean"], color="0.4", linestyle="--", linewidth=1, label="nothing frozen")
+    for (setting, _), s in summary.items():
+        if setting.startswith("LoRA"):
+            ax.axhline(s["mean"], color="tab:green", linestyle=":", linewidth=1.5, label=setting)
     ax.set_xlabel("k: embeddings and the lower k layers frozen")
     ax.set_ylabel("dev accuracy")
     ax.set_xticks(ks)
@@ -337,6 +352,12 @@ def verdicts(freezing_runs, tactic_runs, pretraining_runs) -> list[str]:
     else:
         lines.append(f"between the extremes: no k of {', '.join(map(str, below_top))} stays within the seeds' "
                      f"spread (+1 point) of full fine-tuning's {full['mean']:.3f} in this run")
+    for (setting, _), s in freezing.items():
+        if setting.startswith("LoRA"):
+            lines.append(f"{setting}: {100 * s['trainable'] / full['trainable']:.2f}% of the parameters, "
+                         f"{s['bytes_per_task'] / 2**20:.2f} MiB a task, an epoch in {s['seconds_per_epoch'] / full['seconds_per_epoch']:.2f}x "
+                         f"full fine-tuning's (its backward pass still runs through every layer), "
+                         f"{100 * (s['mean'] - full['mean']):+.1f} points against it")
     tactic = summarize(tactic_runs)
     neither = tactic[("neither", tactic_runs[0].train_size)]
     ranked = sorted(((name, s) for (name, _), s in tactic.items() if name != "neither"), key=lambda x: -x[1]["mean"])

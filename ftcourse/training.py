@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from .heads import IGNORE_INDEX
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+SCHEDULES = ("linear", "constant")
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 #: CPU flags (Linux /proc/cpuinfo) of units that compute bf16 natively: AVX-512 BF16, AMX.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -93,6 +94,14 @@ class TrainConfig:
     # where the hardware computes it natively (a GPU with bf16, else fp16; a CPU with
     # AVX-512 BF16 or AMX), fp32 elsewhere. See ``autocast_precision``.
     precision: str = "fp32"
+    # What the package adds to the course text's loop, each a switch so that lesson 1 can
+    # measure what it buys: "linear" warms up then decays to zero, "constant" keeps lr
+    # throughout; batches of similar length (little padding) or plain shuffled ones; one fused
+    # AdamW kernel or torch's per-tensor loop; no weight decay on biases and LayerNorm weights.
+    schedule: str = "linear"
+    length_bucketing: bool = True
+    fused_adamw: bool = True
+    decay_exemptions: bool = True
 
     def __post_init__(self):
         if self.lr <= 0 or (self.head_lr is not None and self.head_lr <= 0):
@@ -105,6 +114,8 @@ class TrainConfig:
             raise ValueError(f"epochs and batch_size must be at least 1, got {self.epochs}, {self.batch_size}.")
         if self.precision not in PRECISIONS:
             raise ValueError(f"Unknown precision {self.precision!r}. Known: {', '.join(PRECISIONS)}.")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"Unknown schedule {self.schedule!r}. Known: {', '.join(SCHEDULES)}.")
 
 
 @dataclass
@@ -179,11 +190,11 @@ class BucketBatchSampler(torch.utils.data.Sampler):
     """
 
     def __init__(self, lengths, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 num_shards: int = 1, shard: int = 0):
+                 num_shards: int = 1, shard: int = 0, bucket_factor: int = 50):
         if not 0 <= shard < num_shards:
             raise ValueError(f"shard must be in [0, num_shards={num_shards}), got {shard}.")
         self.lengths, self.batch_size, self.shuffle, self.seed = list(lengths), batch_size, shuffle, seed
-        self.num_shards, self.shard = num_shards, shard
+        self.num_shards, self.shard, self.bucket_factor = num_shards, shard, bucket_factor
         self.epoch = 0
         if len(self.lengths) < self._padded_count():
             raise ValueError(
@@ -199,7 +210,8 @@ class BucketBatchSampler(torch.utils.data.Sampler):
         return math.ceil(batches / self.num_shards) * self.num_shards
 
     def __iter__(self):
-        batches = length_bucketed_batches(self.lengths, self.batch_size, self.shuffle, self.seed + self.epoch)
+        batches = length_bucketed_batches(self.lengths, self.batch_size, self.shuffle, self.seed + self.epoch,
+                                          self.bucket_factor)
         while len(batches) < self._padded_count():  # at most num_shards - 1 splits
             largest = max(range(len(batches)), key=lambda i: len(batches[i]))
             batch = batches[largest]
@@ -211,11 +223,12 @@ class BucketBatchSampler(torch.utils.data.Sampler):
 
 
 def make_loader(dataset, batch_size: int, shuffle: bool, seed: int = 0, pad_token_id: int = 0,
-                num_shards: int = 1, shard: int = 0):
+                num_shards: int = 1, shard: int = 0, length_bucketing: bool = True):
     """A DataLoader of dynamically padded, length-bucketed batches over a tokenised
     ``datasets.Dataset`` (columns: input_ids, attention_mask, [token_type_ids], [labels]).
     ``num_shards``/``shard``: this process's share of a distributed run (see
-    ``BucketBatchSampler``)."""
+    ``BucketBatchSampler``). ``length_bucketing=False``: plain shuffled batches (a pool of
+    one batch sorts nothing across batches), each padded to its own longest."""
     if len(dataset) == 0:
         raise ValueError("The dataset is empty: there is nothing to train or evaluate on.")
     if "input_ids" not in dataset.column_names:
@@ -226,7 +239,8 @@ def make_loader(dataset, batch_size: int, shuffle: bool, seed: int = 0, pad_toke
     rows = dataset.select_columns(columns)
     lengths = [len(ids) for ids in rows["input_ids"]]
     examples = rows.to_list()  # plain lists: no per-batch Arrow conversion in the hot loop
-    sampler = BucketBatchSampler(lengths, batch_size, shuffle=shuffle, seed=seed, num_shards=num_shards, shard=shard)
+    sampler = BucketBatchSampler(lengths, batch_size, shuffle=shuffle, seed=seed, num_shards=num_shards, shard=shard,
+                                 bucket_factor=50 if length_bucketing else 1)
     return torch.utils.data.DataLoader(
         examples, batch_sampler=sampler, collate_fn=partial(collate, pad_token_id=pad_token_id)
     )
@@ -246,7 +260,8 @@ def layer_depth(name: str, num_layers: int) -> int:
 
 
 def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:
-    """AdamW groups: no weight decay on biases and LayerNorm weights; with
+    """AdamW groups: no weight decay on biases and LayerNorm weights (unless
+    ``decay_exemptions`` is off); with
     ``layer_decay``, layer depth d gets lr * layer_decay ** (top - d); the head gets
     ``head_lr`` when given."""
     num_layers = _num_layers(model)
@@ -256,7 +271,7 @@ def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:
             continue
         depth = layer_depth(name, num_layers)
         is_head = depth == num_layers + 1 and not name.startswith("encoder.")
-        no_decay = parameter.ndim == 1 or "LayerNorm" in name or name.endswith(".bias")
+        no_decay = config.decay_exemptions and (parameter.ndim == 1 or "LayerNorm" in name or name.endswith(".bias"))
         lr = config.lr
         if config.layer_decay is not None:
             lr = config.lr * config.layer_decay ** (num_layers + 1 - depth)
@@ -302,10 +317,14 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
     # The loader is sharded here, not by accelerator.prepare: accelerate's sharding assumes
     # equal-sized batches and repeats examples to even out the last round.
     loader = make_loader(train_data, config.batch_size, shuffle=True, seed=config.seed, pad_token_id=pad_token_id,
-                         num_shards=accelerator.num_processes, shard=accelerator.process_index)
-    optimizer = _adamw(parameter_groups(model, config), config.lr, accelerator.device)
+                         num_shards=accelerator.num_processes, shard=accelerator.process_index,
+                         length_bucketing=config.length_bucketing)
+    optimizer = _adamw(parameter_groups(model, config), config.lr, accelerator.device, fused=config.fused_adamw)
     steps = len(loader) * config.epochs  # this process's steps: the same on every process
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * steps), steps)
+    if config.schedule == "linear":
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * steps), steps)
+    else:  # the text's loop: the same lr at every step
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     model, optimizer = accelerator.prepare(model, optimizer)
     history = History()
     # mininterval: at most one redraw a second (see similarity's progress bar: notebook redraws
@@ -352,11 +371,11 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
     return history
 
 
-def _adamw(groups, lr: float, device) -> torch.optim.Optimizer:
+def _adamw(groups, lr: float, device, fused: bool = True) -> torch.optim.Optimizer:
     """AdamW, fused into one kernel per step where torch has one for the device: on a CPU
     the fused update is several times faster than the per-tensor loop (and it is what
-    ``transformers.Trainer`` uses by default)."""
-    if torch.device(device).type in ("cpu", "cuda"):
+    ``transformers.Trainer`` uses by default). ``fused=False``: torch's default loop."""
+    if fused and torch.device(device).type in ("cpu", "cuda"):
         try:
             return torch.optim.AdamW(groups, lr=lr, fused=True)
         except (RuntimeError, ValueError):  # e.g. parameters of a dtype the fused kernel lacks

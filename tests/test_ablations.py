@@ -72,13 +72,21 @@ def test_a_random_start_is_the_same_architecture_with_fresh_weights(encoder):
 
 def test_partial_freezing_trains_less_and_stores_only_what_it_trained(encoder, profile):
     train, dev = toy(32, 0), toy(16, 1)
-    runs = ablations.partial_freezing(encoder, train, dev, profile, ks=(1, LAYERS), seeds=(0,))
+    runs = ablations.partial_freezing(encoder, train, dev, profile, ks=(1, LAYERS), seeds=(0,), lora_rank=4, lora_lr=5e-3)
     by = {r.setting: r for r in runs}
-    assert list(by) == ["nothing frozen", "k=1", f"k={LAYERS}"]
+    assert list(by) == ["nothing frozen", "k=1", f"k={LAYERS}", "LoRA r=4"]
     total = heads.count_parameters(encoder)["total"] + 32 * 2 + 2
     assert by["nothing frozen"].trainable == total and by["nothing frozen"].bytes_per_task == 4 * total
     assert by[f"k={LAYERS}"].trainable == 32 * 2 + 2 == by[f"k={LAYERS}"].bytes_per_task // 4
     assert by["nothing frozen"].trainable > by["k=1"].trainable > by[f"k={LAYERS}"].trainable
+    # LoRA: rank-4 updates on each layer's query and value (4 x (32 + 32) each), and the head, at its own lr.
+    lora = by["LoRA r=4"]
+    assert lora.trainable == LAYERS * 2 * 4 * (32 + 32) + 32 * 2 + 2 == lora.bytes_per_task // 4 and lora.lr == 5e-3
+    assert "LoRA r=4" in "\n".join(ablations.verdicts(runs, ablations.tactics(encoder, toy(16, 0), toy(8, 1), profile),
+                                                      ablations.pretraining(encoder, train, dev, profile, sizes=(8,),
+                                                                            seeds=(0,))))
+    assert [r.setting for r in ablations.partial_freezing(encoder, train, dev, profile, ks=(), lora_rank=0)] == \
+        ["nothing frozen"]
     assert len({r.steps for r in runs}) == 1  # one budget
     assert all(0 <= r.accuracy <= 1 and r.scored_on == "dev" for r in runs)
     table = ablations.partial_freezing_table(runs, heads.count_parameters(encoder)["total"])

@@ -145,3 +145,40 @@ def test_bf16_training_runs_under_autocast_with_fp32_weights(tiny_bert, tokenize
     assert len(history.losses) == 8 and all(math.isfinite(loss) for loss in history.losses)
     logits, _ = training.predict(model, data, precision="bf16")
     assert logits[0].dtype == torch.float32  # predictions come back as fp32 whatever the autocast
+
+
+def test_each_addition_to_the_texts_loop_has_a_switch(tiny_bert, tokenizer):
+    """Lesson 1 turns the package's additions on one at a time: each switch must do what it says."""
+    with pytest.raises(ValueError, match="Unknown schedule 'cosine'"):
+        training.TrainConfig(schedule="cosine")
+    model = heads.TaskModel(tiny_bert, heads.SentenceClassifier(32, 2))
+    # No weight-decay exemptions: every group decays.
+    groups = training.parameter_groups(model, training.TrainConfig(decay_exemptions=False))
+    assert {g["weight_decay"] for g in groups} == {0.01}
+    # torch's per-tensor AdamW computes the fused kernel's update.
+    updated = []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        weight = torch.nn.Parameter(torch.randn(8, 8))
+        optimizer = training._adamw([{"params": [weight], "weight_decay": 0.01}], 1e-2, "cpu", fused=fused)
+        assert bool(optimizer.defaults.get("fused")) == fused
+        weight.grad = torch.ones_like(weight)
+        optimizer.step()
+        updated.append(weight.detach().clone())
+    assert torch.allclose(updated[0], updated[1], atol=1e-6)
+    # Plain shuffled batches carry more padding than length-bucketed ones over the same examples.
+    lengths = [4, 40] * 32
+    data = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in lengths], "labels": [0] * len(lengths)})
+
+    def padded_tokens(bucketing):
+        loader = training.make_loader(data, 8, shuffle=True, seed=0, length_bucketing=bucketing)
+        return sum(b["input_ids"].numel() for b in loader)
+
+    assert padded_tokens(True) == sum(lengths) < padded_tokens(False)
+    # A constant schedule keeps the lr at every step; the default warms up, then decays to zero.
+    toy = _toy_task(tokenizer, 32)
+    flat = training.train(model, toy, training.TrainConfig(lr=1e-3, epochs=2, batch_size=8, schedule="constant",
+                                                          progress=False))
+    assert flat.learning_rates == [pytest.approx(1e-3)] * 8
+    linear = training.train(model, toy, training.TrainConfig(lr=1e-3, epochs=2, batch_size=8, progress=False))
+    assert linear.learning_rates[0] < 1e-3 and linear.learning_rates[-1] == 0.0
