@@ -136,6 +136,16 @@ def seed_table(accuracies: dict, summarize, title: str = "") -> Table:
                  formats={"mean": "{:.3f}", "std": "{:.3f}", "range": "{:.3f}"})
 
 
+def against_first(runs: dict, header: str, notes=()) -> Table:
+    """``name -> (accuracy, seconds per epoch)`` as a table, each row also against the first:
+    accuracy in points, time as a ratio (what each change buys, lesson 1)."""
+    (first_accuracy, first_seconds), *_ = runs.values()
+    return Table([header, "dev accuracy", "points", "s/epoch", "x first"],
+                 [[name, acc, 100 * (acc - first_accuracy), sec, sec / first_seconds] for name, (acc, sec) in runs.items()],
+                 formats={"dev accuracy": "{:.3f}", "points": "{:+.1f}", "s/epoch": "{:.2f}", "x first": "{:.2f}"},
+                 notes=list(notes))
+
+
 @dataclass
 class Figure:
     """One headline figure: what it is, what the paper published (or ``None``), what this

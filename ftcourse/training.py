@@ -17,7 +17,7 @@ import re
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import torch
@@ -241,8 +241,12 @@ def make_loader(dataset, batch_size: int, shuffle: bool, seed: int = 0, pad_toke
     examples = rows.to_list()  # plain lists: no per-batch Arrow conversion in the hot loop
     sampler = BucketBatchSampler(lengths, batch_size, shuffle=shuffle, seed=seed, num_shards=num_shards, shard=shard,
                                  bucket_factor=50 if length_bucketing else 1)
+    # Each iterator a DataLoader starts draws a seed from a generator: from torch's global one
+    # unless given its own. An evaluation must not draw from it, or evaluating between epochs
+    # would change the dropout masks of the epochs after it.
+    own = None if shuffle else torch.Generator().manual_seed(seed)
     return torch.utils.data.DataLoader(
-        examples, batch_sampler=sampler, collate_fn=partial(collate, pad_token_id=pad_token_id)
+        examples, batch_sampler=sampler, collate_fn=partial(collate, pad_token_id=pad_token_id), generator=own
     )
 
 
@@ -319,7 +323,7 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
     loader = make_loader(train_data, config.batch_size, shuffle=True, seed=config.seed, pad_token_id=pad_token_id,
                          num_shards=accelerator.num_processes, shard=accelerator.process_index,
                          length_bucketing=config.length_bucketing)
-    optimizer = _adamw(parameter_groups(model, config), config.lr, accelerator.device, fused=config.fused_adamw)
+    optimizer = adamw(parameter_groups(model, config), config.lr, accelerator.device, fused=config.fused_adamw)
     steps = len(loader) * config.epochs  # this process's steps: the same on every process
     if config.schedule == "linear":
         scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * steps), steps)
@@ -371,7 +375,7 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
     return history
 
 
-def _adamw(groups, lr: float, device, fused: bool = True) -> torch.optim.Optimizer:
+def adamw(groups, lr: float, device, fused: bool = True) -> torch.optim.Optimizer:
     """AdamW, fused into one kernel per step where torch has one for the device: on a CPU
     the fused update is several times faster than the per-tensor loop (and it is what
     ``transformers.Trainer`` uses by default). ``fused=False``: torch's default loop."""
@@ -427,6 +431,38 @@ def accuracy(logits, labels) -> dict:
 
 
 # ----------------------------------------------------------------------------- measuring
+
+
+def one_at_a_time(make_model, train_data, eval_data, base: TrainConfig, changes: dict, pad_token_id: int = 0) -> dict:
+    """``name -> (eval accuracy, seconds per epoch)`` of ``make_model()`` trained under ``base``
+    and under ``base`` with each entry of ``changes`` (``name -> TrainConfig changes``) alone:
+    what each change buys, everything else held fixed (lesson 1). ``base`` is listed first, as
+    ``"base"``."""
+    results = {}
+    for name, change in {"base": {}, **changes}.items():
+        model = make_model()
+        history = train(model, train_data, replace(base, **change), pad_token_id=pad_token_id)
+        results[name] = (accuracy(*predict(model, eval_data, pad_token_id=pad_token_id))["accuracy"],
+                         history.seconds_per_epoch)
+    return results
+
+
+def adamw_step_seconds(model, config: TrainConfig, fused: bool, repeats: int = 5) -> float:
+    """Seconds one AdamW step over ``model``'s trainable parameters takes (random gradients,
+    after a first step that allocates the moments): fused or torch's per-tensor loop."""
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            parameter.grad = torch.randn_like(parameter)
+    device = next(model.parameters()).device
+    optimizer = adamw(parameter_groups(model, config), config.lr, device, fused=fused)
+    optimizer.step()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        optimizer.step()
+    seconds = (time.perf_counter() - start) / repeats
+    optimizer.zero_grad(set_to_none=True)
+    return seconds
+
 
 
 def _return_freed_memory_to_os() -> None:

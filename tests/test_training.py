@@ -160,7 +160,7 @@ def test_each_addition_to_the_texts_loop_has_a_switch(tiny_bert, tokenizer):
     for fused in (True, False):
         torch.manual_seed(0)
         weight = torch.nn.Parameter(torch.randn(8, 8))
-        optimizer = training._adamw([{"params": [weight], "weight_decay": 0.01}], 1e-2, "cpu", fused=fused)
+        optimizer = training.adamw([{"params": [weight], "weight_decay": 0.01}], 1e-2, "cpu", fused=fused)
         assert bool(optimizer.defaults.get("fused")) == fused
         weight.grad = torch.ones_like(weight)
         optimizer.step()
@@ -182,3 +182,42 @@ def test_each_addition_to_the_texts_loop_has_a_switch(tiny_bert, tokenizer):
     assert flat.learning_rates == [pytest.approx(1e-3)] * 8
     linear = training.train(model, toy, training.TrainConfig(lr=1e-3, epochs=2, batch_size=8, progress=False))
     assert linear.learning_rates[0] < 1e-3 and linear.learning_rates[-1] == 0.0
+
+
+def test_evaluating_between_epochs_leaves_the_training_unchanged(tiny_bert, tokenizer):
+    """predict must not draw from torch's global generator: dropout after it would change."""
+    data = _toy_task(tokenizer, 32)
+    config = training.TrainConfig(lr=1e-3, epochs=2, batch_size=8, progress=False)
+
+    def run(evaluate):
+        torch.manual_seed(0)
+        model = heads.TaskModel(tiny_bert.__class__(tiny_bert.config, add_pooling_layer=False), heads.SentenceClassifier(32, 2))
+        return training.train(model, data, config, eval_data=data if evaluate else None,
+                              metric=training.accuracy if evaluate else None).losses
+
+    assert run(evaluate=True) == run(evaluate=False)
+    model = heads.TaskModel(tiny_bert, heads.SentenceClassifier(32, 2))
+    state = torch.random.get_rng_state()
+    training.predict(model, data)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_one_at_a_time_trains_the_base_then_each_change_alone(tiny_bert, tokenizer):
+    from ftcourse import report
+
+    data = _toy_task(tokenizer, 32)
+    base = training.TrainConfig(lr=1e-3, epochs=1, batch_size=8, schedule="constant", progress=False)
+
+    def fresh():
+        torch.manual_seed(0)
+        return heads.TaskModel(tiny_bert.__class__(tiny_bert.config, add_pooling_layer=False), heads.SentenceClassifier(32, 2))
+
+    results = training.one_at_a_time(fresh, data, data, base, {"linear": dict(schedule="linear"), "same": {}})
+    assert list(results) == ["base", "linear", "same"]
+    assert results["same"][0] == results["base"][0]  # the same config reproduces its accuracy
+    assert all(0 <= acc <= 1 and seconds > 0 for acc, seconds in results.values())
+    table = report.against_first(results, "run")
+    assert [row[0] for row in table.rows] == ["base", "linear", "same"] and table.rows[0][2] == 0.0 and table.rows[0][4] == 1.0
+    model = fresh()
+    assert training.adamw_step_seconds(model, base, fused=True) > 0
+    assert all(p.grad is None for p in model.parameters())
