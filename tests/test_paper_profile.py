@@ -347,6 +347,13 @@ def _lesson3c(text):
     assert re.search(r"^12 layers; k=2 leaves [\d,]+ of 108,891,648 parameters training; the package's freeze_lower "
                      r"leaves the same: True", text, re.MULTILINE), text[:3000]
     assert re.search(r"^k=12 +1,538 ", text, re.MULTILINE) and "lower 6 layers frozen" in text
+    assert re.search(r"^LoRA r=8 +296,450 ", text, re.MULTILINE)  # 294,912 on query and value + the head
+
+
+def _lesson1(text):
+    # the text's loop and each addition, on bert-base: its encoder and a 1,538-parameter head
+    assert "none (the text's loop)" in text and "+ length bucketing only" in text
+    assert "one AdamW step over 108,893,186 parameters" in text
 
 
 def _lesson4(text):
@@ -371,6 +378,7 @@ def _exercise_solution(text):
 
 
 NOTEBOOK_CHECKS = {
+    "notebooks/01_composition": [_lesson1],
     "notebooks/02_feature_readout": [_lesson2],
     "notebooks/03_costs_and_lora": [_lesson3],
     "notebooks/03b_peft_frontier": [_lesson3b],
