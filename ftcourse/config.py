@@ -214,6 +214,20 @@ PROFILES["smoke"] = shrunk(
     max_length=32,
 )
 
+# The exercise sized for grading a class (``ftcourse grade``'s default): the verdicts check that each
+# run trained what its regime trains and report the re-scored model's own accuracy, which does not
+# need the students' sizes; two seeds keep the seed study's code path. 128 sentences x 1 epoch
+# (4 optimiser steps a run), scored on 256 dev sentences.
+PROFILES["grading"] = PROFILES["offline"].with_(
+    name="grading",
+    description="the exercise sized to grade a class on a CPU: its code path at the offline profile's "
+    "models, on 128 training and 256 dev sentences, two seeds (numbers mean little)",
+    exercise_train_size=128,
+    exercise_eval_size=256,
+    exercise_epochs=1,
+    stability_seeds=(0, 1),
+)
+
 # ----------------------------------------------------------------------------- issue 16
 # The paper profile's models and code path (bert-base-uncased and SBERT-NLI-base, from the
 # hub or its cache) on a few dozen examples: every notebook end to end on a CPU in CI, with

@@ -47,8 +47,10 @@ def test_stubs_raise_and_only_cells_after_them_are_tagged(solution):
     student = nbformat.read(exercise.student_path(solution), as_version=4)
     code = [cell for cell in student.cells if cell.cell_type == "code"]
     stubs = [i for i, cell in enumerate(code) if "raise NotImplementedError()" in cell.source]
-    assert len(stubs) == len([r for c in nbformat.read(solution, as_version=4).cells
-                              for r in exercise.solution_regions(c.source)])
+    solved = nbformat.read(solution, as_version=4).cells
+    assert len(stubs) == len([r for c in solved if c.cell_type == "code" for r in exercise.solution_regions(c.source)])
+    answers = [c for c in student.cells if c.cell_type == "markdown" and c.source == exercise.MARKDOWN_STUB]
+    assert len(answers) == len([r for c in solved if c.cell_type == "markdown" for r in exercise.solution_regions(c.source)])
     tagged = [i for i, cell in enumerate(code) if exercise.RAISES_TAG in cell.metadata.get("tags", [])]
     assert set(stubs) <= set(tagged)
     assert min(tagged) == stubs[0]  # everything before the first stub must run as it is

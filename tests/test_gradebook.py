@@ -157,7 +157,8 @@ def test_the_gradebook_is_written_after_each_submission_so_a_crash_loses_one_row
     assert [r["student"] for r in rows(tmp_path / "book")][:2] == ["a", "b"]  # d may have finished too
     saved = json.loads((tmp_path / "book.json").read_text())["submissions"]
     assert [s["student"] for s in saved][:2] == ["a", "b"] and "c" not in [s["student"] for s in saved]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["book.csv", "book.json", "class"]  # no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["book-review", "book.csv", "book.json", "class"]  # no temporary
+    assert not [p for p in (tmp_path / "book-review").iterdir() if p.name.startswith(".")]
     # The re-run keeps what was written and grades the rest; a bug in one grading is that row's status.
     fake = FakeGrade(bug_on="c")
     monkeypatch.setattr(grading, "grade", fake)

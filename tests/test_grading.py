@@ -1,6 +1,7 @@
-"""The grader on a toy exercise: the checks see only the submission's definitions, errors and
-timeouts are reported with their cell, a part whose own cell raised fails, and nothing
-crashes the grader. (The real exercise and hostile submissions: tests/test_grading_hostile.py.)"""
+"""The grader on a toy exercise: the verdicts come from the grader's own process, from what the
+recording cells wrote, whatever the notebook did at top level; errors and timeouts are reported with
+their cell, a part whose own cell raised fails, and nothing crashes the grader. (The real exercise and
+hostile submissions: tests/test_grading_hostile.py, tests/test_grading_verdicts.py.)"""
 
 import json
 import os
@@ -34,12 +35,31 @@ def toy(tmp_path, bwrap):
     return grading.Exercise(
         name="toy", title="a toy exercise", course_notebook=course,
         parts=(grading.Part("x", ("x",)), grading.Part("y", ("y",)), grading.Part("z", ("z",))),
-        checks=(
-            grading.Check("x", "assert x() == 1, 'x() should be 1'", hidden=False),
-            grading.Check("y", "checks.expect(y() == 2, 'y()', 2, y())"),
-            grading.Check("z", "z()"),
-        ),
+        checks=(grading.Check("x", "x() is 1", hidden=False), grading.Check("y", "y() is 2"),
+                grading.Check("z", "z() returns")),
+        records=tuple(grading.Record(name, f"{grading.EVIDENCE}.record_call({name!r}, {name})") for name in "xyz"),
+        judge=toy_judge,
     )
+
+
+def toy_judge(folder, profile):
+    """The toy's verdicts, from the records alone: x() returned 1, y() returned 2, z() returned."""
+    from ftcourse.course import verdicts
+
+    found = []
+    for part, hidden, passes, says in (("x", False, lambda v: v == 1, lambda v: "x() should be 1"),
+                                       ("y", True, lambda v: v == 2, lambda v: f"y(): expected 2, found {v}."),
+                                       ("z", True, lambda v: True, lambda v: "")):
+        try:
+            record = verdicts.read_json(folder, f"{part}.json")
+            verdicts.raised(record, f"{part}()")
+            value = record.get("value")
+            found.append((part, passes(value), "" if passes(value) else says(value), hidden))
+        except verdicts.StudentRaised as error:
+            found.append((part, False, grading.student_raised(error), hidden))
+        except verdicts.EvidenceMissing as missing:
+            found.append((part, False, str(missing), hidden))
+    return found
 
 
 def write(tmp_path, name, *sources):
@@ -49,10 +69,10 @@ def write(tmp_path, name, *sources):
     return path
 
 
-def test_checks_see_the_definitions_only_and_the_submission_is_untouched(tmp_path, toy):
+def test_verdicts_come_from_the_records_and_the_submission_is_untouched(tmp_path, toy):
     path = write(tmp_path, "toy.ipynb", "def x():\n    return int(os.environ['FTCOURSE_GRADING_TEST'])",
                  "def y():\n    return 3", STUB.format(name="z"),
-                 "checks.expect = lambda *args: None  # top level: never reaches the checks")
+                 "checks.expect = lambda *args: None  # top level: the verdicts are not computed here")
     before = grading.sha256(path)
     result = grading.grade(path, toy, timeout=120, env={"FTCOURSE_GRADING_TEST": "1"})  # env reaches the kernel
     assert grading.sha256(path) == before == result.sha256
@@ -60,7 +80,6 @@ def test_checks_see_the_definitions_only_and_the_submission_is_untouched(tmp_pat
     assert [(c.part, c.passed) for c in result.checks] == [("x", True), ("y", False), ("z", False)]
     assert result.checks[1].message == "y(): expected 2, found 3." and result.checks[1].hidden
     assert result.checks[2].message == grading.NOT_DONE
-    assert "1 top-level statements ignored" in result.notes[0]
     assert sorted(tmp_path.iterdir()) == sorted([tmp_path / "course", path])  # nothing written beside it
 
 
@@ -101,17 +120,6 @@ def test_a_timeout_a_dead_kernel_an_unreadable_file_and_another_notebook_are_rep
     result = grading.grade(other, toy)
     assert result.status == "wrong exercise" and not any(result.parts().values())
     assert "not the exercise toy" in result.checks[0].message
-
-
-def test_only_definitions_are_taken_and_the_course_names_are_protected():
-    nb = new_notebook(cells=[new_code_cell(
-        "import math\nfrom ftcourse import checks\nREGIMES = ('a', 'b')\nlimit = compute()\n"
-        "def f():\n    return 1\nclass C:\n    pass\nprint('top level')\nimport ftcourse.course.checks\n"
-        "profile = 3\ncheck = checks.expect\n%matplotlib inline")])
-    source, notes = grading.student_definitions(nb, protected={"checks", "profile", "ftcourse"})
-    assert source.split("\n\n") == ["import math", "REGIMES = ('a', 'b')", "def f():\n    return 1",
-                                    "class C:\n    pass\n"]
-    assert notes == ["6 top-level statements ignored by the checks (only definitions are kept)"]
 
 
 def test_table_and_report(tmp_path):
@@ -167,3 +175,29 @@ def test_only_the_grader_names_a_verdict_and_what_the_submission_says_is_escaped
     shown = grading.details(result) + grading.table([result])
     assert not [c for c in shown if ord(c) < 0x20 and c != "\n" or 0x7f <= ord(c) <= 0x9f]
     assert "first failing cell: 5" in shown and "-> submission raised SubmissionTampered" in shown
+
+
+def test_the_answers_are_collected_escaped_into_a_review_page(tmp_path):
+    """The written questions' answers and the student's loop, for the instructor: a stub left as it was is
+    no answer, added cells count, and what the student wrote is shown as text, never as markup."""
+    from ftcourse.course import exercise
+
+    solution = exercise.SOLUTIONS_DIR / "05_exercise_bert_base.ipynb"
+    course = nbformat.read(exercise.student_path(solution), as_version=4)
+    untouched = grading.collect_answers(course, course)
+    questions = [e for e in untouched if not e.get("code")]
+    assert len(questions) >= 3 and all(e["answer"] == "" for e in questions)
+    assert [e["question"] for e in untouched if e.get("code")] == ["The student's train_loop"]
+    answered = nbformat.read(exercise.student_path(solution), as_version=4)
+    first = next(i for i, c in enumerate(answered.cells) if c.source.startswith(grading.QUESTION))
+    answered.cells[first + 1].source = "Forward only. <script>alert(1)</script>"
+    answered.cells.insert(first + 2, new_markdown_cell("And a second cell."))
+    found = grading.collect_answers(answered, course)
+    assert found[0]["answer"] == "Forward only. <script>alert(1)</script>\n\nAnd a second cell."
+    assert all(e["answer"] == "" for e in found[1:] if not e.get("code"))
+    result = grading.Submission(path="x.ipynb", exercise="05_exercise_bert_base", student="alice", answers=found)
+    folder = grading.write_review([result], tmp_path / "review")
+    page = next(p for p in folder.iterdir() if p.name.startswith("alice-")).read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>" not in page
+    assert page.count("not answered") == len(questions) - 1
+    assert "alice" in (folder / "index.html").read_text()

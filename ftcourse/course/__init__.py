@@ -11,7 +11,9 @@ Students never need to import these; the lessons' concepts are in ``ftcourse`` i
 - ``grading``: grading submitted notebooks; its docstring gives the design;
 - ``sandbox``: the security boundary: a submission's code runs only inside bubblewrap;
 - ``kernelrun``: inside the sandbox, one notebook executed in a fresh kernel;
-- ``guard``: inside the checks kernel, the second line against tampering;
+- ``evidence``: inside the sandbox, calls a submission's functions and writes what they made, as data;
+- ``verdicts``: in the grader's own process, every verdict recomputed from that data;
+- ``guard``: inside the sandboxed kernel, a second line against tampering;
 - ``cli``: the ``ftcourse`` command (``ftcourse grade``).
 
 A module here may import the concepts; a concept never imports a module here

@@ -199,6 +199,34 @@ def check_lora_on_bert_base(add_lora: Callable[[nn.Module], nn.Module]) -> dict:
     return {"lora": lora, "total": counts["total"], "percent": percent}
 
 
+def check_train_loop(train_loop: Callable, build_model: Callable, data, lr: float = 1e-3) -> dict:
+    """``train_loop(model, data, lr, epochs, seed)`` on a few examples, one epoch: on the frozen regime
+    the head moves and the encoder does not; on the full regime the encoder moves too; it returns a
+    positive number of seconds per epoch."""
+    few = data.select(range(min(16, len(data))))
+    moved = {}
+    for regime in ("frozen", "finetune"):
+        model = build_model(regime)
+        encoder, head = _parts(model)
+        before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        seconds = train_loop(model, few, lr, 1, 0)
+        expect(isinstance(seconds, (int, float)) and seconds > 0, f"what train_loop returns ({regime})",
+               "the seconds per epoch, a positive number", seconds)
+        changed = {name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])}
+        in_head = {n for n in changed if n.startswith("head.")}
+        in_encoder = changed - in_head
+        expect(bool(in_head), f"head parameters that changed in the {regime!r} regime", "all of them", "none",
+               "Does the loop call opt.step() on the parameters that train?")
+        if regime == "frozen":
+            expect(not in_encoder, "encoder parameters that changed in the frozen regime", "none",
+                   f"{len(in_encoder)} (e.g. {sorted(in_encoder)[:2]})")
+        else:
+            expect(bool(in_encoder), "encoder parameters that changed in the full regime", "most of them", "none")
+        moved[regime] = len(changed)
+    print(f"train_loop: OK (frozen: only the head moved; full fine-tuning: {moved['finetune']} tensors moved)")
+    return moved
+
+
 def check_regime_result(row: dict, regime: str | None = None) -> dict:
     """One measured run: the keys of ``RESULT_KEYS`` with sensible values."""
     expect(isinstance(row, dict), "a run's result", "a dict", type(row).__name__)

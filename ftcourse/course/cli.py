@@ -67,7 +67,7 @@ def _grade(args) -> int:
     warning = sandbox.cgroup_warning()
     if warning:
         print(warning, file=sys.stderr)
-    env = {"FTCOURSE_PROFILE": args.profile} if args.profile else {}
+    env = {"FTCOURSE_PROFILE": args.profile or GRADING_PROFILE}
     sandboxed = not args.no_sandbox
     if folders:
         try:
@@ -87,10 +87,15 @@ def _grade(args) -> int:
     for result in results:
         print(grading.details(result))
     if folders:
-        print(f"\ngradebook: {args.gradebook.with_suffix('.csv')}, {args.gradebook.with_suffix('.json')}")
+        print(f"\ngradebook: {args.gradebook.with_suffix('.csv')}, {args.gradebook.with_suffix('.json')}; "
+              f"answers to read: {grading.review_folder(args.gradebook) / 'index.html'}")
     else:
         print(f"\nreport: {grading.write_report(results, args.report)}")
     return 0 if all(r.status == "ok" and all(r.parts().values()) for r in results) else 1
+
+
+#: The profile a class is graded under unless --profile says otherwise (see ftcourse.config).
+GRADING_PROFILE = "grading"
 
 
 def main(argv=None) -> int:
@@ -101,8 +106,8 @@ def main(argv=None) -> int:
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION.ipynb|FOLDER")
     grade.add_argument("--exercise", help="which exercise (default: from the file name)")
     grade.add_argument("--timeout", type=float, default=900, help="seconds per notebook (default 900)")
-    grade.add_argument("--profile", help="profile for the kernels, e.g. smoke for a quick run "
-                                          "(default: FTCOURSE_PROFILE, else offline)")
+    grade.add_argument("--profile", help=f"profile for the kernels (default {GRADING_PROFILE}: the exercise "
+                                          "sized to grade a class; offline: the students' sizes; smoke: seconds)")
     grade.add_argument("--report", type=Path, default=Path("grading-report.json"),
                        help="notebook files: where to write the JSON report (default grading-report.json)")
     grade.add_argument("--gradebook", type=Path, default=Path("gradebook"),

@@ -1,24 +1,37 @@
-"""Grade submitted exercise notebooks in a sandbox, with checks a submission cannot fool.
+"""Grade submitted exercise notebooks: the submission runs in a sandbox, the verdicts are computed outside it.
 
-Each submission is graded in two runs, each in a fresh kernel inside a bubblewrap sandbox
-(``ftcourse.course.sandbox``: read-only course and environment, private temporary home, no network,
-an unprivileged user, limits on memory, processes, CPU time and output). The grader's own
-process only parses notebooks and reads results; it never executes a submission's code.
+Each submission runs once, in a fresh kernel inside a bubblewrap sandbox (``ftcourse.course.sandbox``:
+read-only course and environment, private temporary home, no network, an unprivileged user, limits on
+the whole sandbox's memory and processes, on CPU time and on output):
 
 1. **The student's notebook, as submitted**, top to bottom, every cell even after an error
    (``ftcourse.course.kernelrun``). This gives the notebook's status (``ok``, ``errors`` with the
-   first failing cell, ``timeout``, ``kernel died``, ``output flood``) and which cells
-   raised. A part whose own cells raised (its answer, or the cell that checks it) fails.
-2. **The checks, in a kernel the grader builds**: the course's own trusted cells (from
-   ``notebooks/``, not from the submission), then only the student's *definitions*
-   (functions, classes, imports, constant assignments) parsed out of the submission with
-   ``ast``; every other top-level statement is dropped, so nothing the notebook did at top
-   level (patching ``ftcourse.course.checks``, rebinding ``checks``) reaches this kernel. The
-   grader's code then computes what it checks (e.g. ``results`` from the student's
-   ``run_regime``) and runs the checks, visible and hidden, under ``ftcourse.course.guard``: a
-   student function that, when called, patches the checks, ``sys.modules``, ``importlib``
-   or the notebook's names is caught, and the submission gets the status ``review`` (for
-   the instructor) with nothing after it trusted.
+   first failing cell, ``timeout``, ``kernel died``, ``output flood``) and which cells raised. A
+   part whose own cells raised (its answer, or the cell that checks it) fails.
+2. **Then the grader's recording cells**, in the same kernel (``ftcourse.course.evidence``): they
+   call the student's functions (``add_lora``, ``build_model``, ``run_regime``, ``summarize``) and
+   write what came out into a folder of the grader's, bound into the sandbox and capped in size:
+   JSON records, and the weights each run changed, as safetensors. Nothing else leaves the sandbox.
+3. **The verdicts, in the grader's own process** (``ftcourse.course.verdicts``), which never
+   executes submission code: it reads that folder as hostile data, rebuilds every model from the
+   course's code, loads the recorded weights into them and recomputes each figure it judges (the
+   LoRA count on bert-base, which parameters train, that training happened and nothing frozen moved,
+   the accuracy re-scored on its own dev set, the trainable counts, the seed summary). A check passes
+   only on such a positive, recomputed result; a missing or malformed record is a failure.
+
+Which guarantee comes from where:
+
+- *from the boundary*: whatever the submission does in its process (patch the checks, the guard,
+  ``math.isclose``, IPython's exception display, the recording code itself; forge the records), the
+  verdicts are computed where none of it runs, from data; forged data must still be a model that the
+  course's code rebuilds, that trained what its regime trains, and that scores what it says;
+- *from the sandbox*: the submission cannot reach the grader, other submissions, the network or the
+  instructor's files, nor exhaust the machine;
+- *from the checks*: what the data cannot prove is only checked for sense (seconds per epoch, peak
+  memory); the guard (``ftcourse.course.guard``), installed before the recording cells, is a second
+  line: a student function that patches the grader's modules when called sends its part to REVIEW.
+- A submission that imports the course's own helper for a part (``ftcourse.lora.add_lora``,
+  ``ftcourse.regimes.run_regime``) gets that part sent for review (``Exercise.solved_by_import``).
 
 ``grade_folder`` grades a class in parallel and writes a gradebook; ``ftcourse grade`` is
 the command (see ``ftcourse.course.cli``).
@@ -45,6 +58,7 @@ The grader's own process treats every submission as hostile data too:
 from __future__ import annotations
 
 import ast
+import copy
 import csv
 import dataclasses
 import hashlib
@@ -83,12 +97,21 @@ MAX_MESSAGE_CHARS = 300
 
 @dataclass(frozen=True)
 class Check:
-    """One check of an exercise part: grader ``code`` run (under the guard) in the checks
-    kernel; it passes when it raises nothing."""
+    """One verdict of an exercise part, computed by the grader's own process (``judge``); ``what``
+    says what it checks, for the instructors' page and the rows of a submission nothing ran for."""
 
     part: str  # short name, a column of the table
-    code: str
+    what: str
     hidden: bool = True  # not shown in the student's notebook
+
+
+@dataclass(frozen=True)
+class Record:
+    """Grader code run (under the guard) in the evidence kernel: it calls the submission's functions
+    and writes what they produced into the evidence folder (``ftcourse.course.evidence``)."""
+
+    part: str
+    code: str
 
 
 @dataclass(frozen=True)
@@ -107,8 +130,14 @@ class Exercise:
     title: str
     checks: tuple
     parts: tuple = ()
-    #: Grader code that computes what the checks compare, from the student's functions.
-    steps: tuple = ()
+    #: What the evidence kernel records; ``records(profile)`` gives them for a profile.
+    records: object = ()
+    #: The grader's verdicts: ``judge(evidence_folder, profile)`` -> [(part, passed, message, hidden)].
+    judge: object = None
+    #: Part -> (module, function, inside): the course's own helper that solves the part (anywhere in the
+    #: notebook, or called inside the function ``inside``). A submission that uses it gets that part sent
+    #: for review (the instructor decides whether it is an answer).
+    solved_by_import: dict = field(default_factory=dict)
     #: The course's own student notebook: the trusted source of the given cells.
     course_notebook: Path | None = None
 
@@ -116,45 +145,131 @@ class Exercise:
     def course_path(self) -> Path:
         return Path(self.course_notebook) if self.course_notebook else REPO_ROOT / "notebooks" / f"{self.name}.ipynb"
 
+    def records_for(self, profile) -> tuple:
+        return tuple(self.records(profile) if callable(self.records) else self.records)
 
-REGIMES = "('frozen', 'finetune', 'lora')"
+
+REGIMES = ("frozen", "finetune", "lora")
+LOOP_REGIMES = ("frozen", "finetune")  # the regimes the student's own loop trains
+#: The lists the grader asks ``summarize`` about (its own arithmetic is the answer).
+SUMMARY_EXAMPLES = ([0.80, 0.84, 0.78, 0.90], [0.5, 0.5], [0.71, 0.64, 0.69])
+EVIDENCE = "__ftcourse_evidence__"
+
+
+def bert_base_records(profile) -> tuple:
+    others = [seed for seed in profile.stability_seeds if seed != 0]
+    return (
+        Record("1 lora", f"{EVIDENCE}.record_lora(add_lora)"),
+        Record("2 regimes", f"{EVIDENCE}.record_regimes(build_model, {REGIMES!r})"),
+        Record("3 loop", f"{EVIDENCE}.record_loop(globals(), {LOOP_REGIMES!r})"),
+        Record("4 measure", f"{EVIDENCE}.record_runs(globals(), {REGIMES!r}, (0,), 'results.json')"),
+        Record("5 seeds", f"{EVIDENCE}.record_summary(summarize, {SUMMARY_EXAMPLES!r})"),
+        Record("5 seeds", f"{EVIDENCE}.record_runs(globals(), {REGIMES!r}, {tuple(others)!r}, 'stability.json')"),
+    )
+
+
+def student_raised(error) -> str:
+    """The message for a student function that raised (``verdicts.StudentRaised``): a stub is "not done"; a
+    ``SubmissionTampered`` of the submission's own is named as such; anything else says what raised it."""
+    if error.ename in ("NotImplementedError", TAMPERED):
+        return _message(error.ename, error.evalue)
+    return f"{clean(error.what, 80)} raised {_message(error.ename, error.evalue)}"
+
+
+def judge_bert_base(folder: Path, profile) -> list:
+    """The bert-base exercise's verdicts, each recomputed by ``ftcourse.course.verdicts``."""
+    from . import verdicts
+    from ..session import quiet_libraries
+
+    quiet_libraries()
+    found = []
+
+    def check(part, hidden, verdict):
+        try:
+            found.append((part, True, verdict(), hidden))
+        except verdicts.StudentRaised as error:
+            found.append((part, False, student_raised(error), hidden))
+        except verdicts.EvidenceMissing as missing:
+            found.append((part, False, str(missing), hidden))
+        except Exception as error:  # malformed evidence: a failure, never a crash of the grader
+            found.append((part, False, f"the evidence is malformed ({type(error).__name__}: {error})", hidden))
+
+    def loaded(name):
+        try:
+            return verdicts.read_json(folder, name)
+        except verdicts.EvidenceMissing as missing:
+            return missing
+
+    def given(value):
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    def run(records, regime, seed):
+        ref = verdicts.reference(profile)
+        records = given(records)
+        record = next((r for r in records if isinstance(r, dict) and r.get("regime") == regime
+                       and r.get("seed") == seed), None) if isinstance(records, list) else None
+        return verdicts.run(record, regime, seed, folder, ref)
+
+    lora, regimes, loop, results, stability = (loaded(n) for n in ("lora.json", "regimes.json", "loop.json",
+                                                                    "results.json", "stability.json"))
+    summary = loaded("summary.json")
+    check("1 lora", False, lambda: verdicts.lora_on_bert_base(given(lora)))
+    for regime in REGIMES:
+        check("2 regimes", False, lambda regime=regime: verdicts.regime_model(
+            (given(regimes) or {}).get(regime) if isinstance(given(regimes), dict) else None, regime,
+            verdicts.reference(profile)))
+    for regime in LOOP_REGIMES:
+        check("3 loop", True, lambda regime=regime: verdicts.loop(
+            next((r for r in given(loop) if isinstance(r, dict) and r.get("regime") == regime), None)
+            if isinstance(given(loop), list) else None, regime, folder, verdicts.reference(profile)))
+    for regime in REGIMES:
+        check("4 measure", True, lambda regime=regime: "rescored {accuracy:.4f}".format(**run(results, regime, 0)))
+    check("5 seeds", False, lambda: verdicts.summary(given(summary), SUMMARY_EXAMPLES))
+    for regime in REGIMES:
+        for seed in (s for s in profile.stability_seeds if s != 0):
+            check("5 seeds", True, lambda regime=regime, seed=seed:
+                  "rescored {accuracy:.4f}".format(**run(stability, regime, seed)))
+    return found
+
+
 BERT_BASE = Exercise(
     name="05_exercise_bert_base",
     title="bert-base: frozen, fine-tuned, LoRA r=8",
     parts=(
         Part("1 lora", ("add_lora",), ("check_lora_on_bert_base",)),
         Part("2 regimes", ("build_model",), ("check_frozen_regime", "check_finetune_regime", "check_lora_regime")),
-        Part("3 measure", ("run_regime", "results"), ("check_regime_result",)),
-        Part("4 seeds", ("summarize", "stability"), ("check_seed_summary",)),
+        Part("3 loop", ("train_loop",), ("check_train_loop",)),
+        Part("4 measure", ("run_regime", "results"), ("check_regime_result",)),
+        Part("5 seeds", ("summarize", "stability"), ("check_seed_summary",)),
     ),
-    steps=(
-        # The grader measures with the student's run_regime itself, rather than trusting the notebook's tables.
-        Check("3 measure", f"results = [checks.check_regime_result(run_regime(r), r) for r in {REGIMES}]"),
-        Check("4 seeds", f"stability = {{r: [run_regime(r, seed) for seed in profile.stability_seeds] "
-                         f"for r in {REGIMES}}}"),
-    ),
+    records=bert_base_records,
+    judge=judge_bert_base,
+    solved_by_import={"1 lora": ("ftcourse.lora", "add_lora", None),
+                      "3 loop": ("ftcourse.training", "train", "train_loop"),
+                      "4 measure": ("ftcourse.regimes", "run_regime", None)},
     checks=(
-        Check("1 lora", "checks.check_lora_on_bert_base(add_lora)", hidden=False),
-        # Hidden: the student's add_lora must target query and value only, at rank 8.
-        Check("1 lora", "checks.check_lora_targets(add_lora)"),
-        Check("2 regimes", "checks.check_frozen_regime(build_model('frozen'))", hidden=False),
-        Check("2 regimes", "checks.check_finetune_regime(build_model('finetune'))", hidden=False),
-        Check("2 regimes", "checks.check_lora_regime(build_model('lora'))", hidden=False),
-        # Hidden: the measured table covers the three regimes, with their real trainable counts.
-        Check("3 measure", "checks.check_results(results, build_model)"),
-        Check("4 seeds", "checks.check_seed_summary(summarize)", hidden=False),
-        # Hidden: the stability runs are the seeds of the profile, summarised correctly.
-        Check("4 seeds", "checks.check_stability(stability, summarize, profile.stability_seeds)"),
+        Check("1 lora", "add_lora's configuration, rebuilt on bert-base: 294,912 LoRA parameters, 0.27%", False),
+        Check("2 regimes", "build_model(regime) is the course's model and trains what the regime trains", False),
+        Check("3 loop", "the student's train_loop, run on the frozen and full regimes, trained every parameter the "
+                        "regime trains and left every other one the pretrained one"),
+        Check("4 measure", "each run trained (its trainable weights moved, its frozen ones are the pretrained), and "
+                           "its accuracy and trainable count are the re-scored model's"),
+        Check("5 seeds", "summarize's mean, sample std and range on the grader's examples", False),
+        Check("5 seeds", "every stability run verified and re-scored as in part 4"),
     ),
 )
 EXERCISES = {exercise.name: exercise for exercise in (BERT_BASE,)}
-#: Installed in the checks kernel after the course's cells, before the student's definitions (which
-#: run after it, under the guard). It takes the grading's secret from the file kernelrun wrote (and
-#: deletes it), keeps it only in a closure, and stamps it on the guard's own ``SubmissionTampered``;
-#: an exception of that name the submission raises has no stamp, and is the submission's, not a verdict.
-#: (All this runs in one process with the submission: code that digs the secret out of the
-#: closure can forge a REVIEW, which only sends its row to the instructor, never a pass.)
+#: Run in the submission's kernel after its last cell, before the grader's recording cells (which run
+#: under the guard, a second line behind the verdicts): it takes the grading's secret from the file
+#: kernelrun wrote (and deletes it), keeps it only in a closure, and stamps it on the guard's own
+#: ``SubmissionTampered``; an exception of that name the submission raises has no stamp, and is the
+#: submission's, not a verdict. (All this runs in one process with the submission, which can read the
+#: secret before this cell runs: it can forge a REVIEW, which only sends its row to the instructor,
+#: never a pass. Passes come from ``ftcourse.course.verdicts``, in the grader's process.)
 GUARD_CELL = """from ftcourse import checks
+from ftcourse.course import evidence as __ftcourse_evidence__
 
 
 def __ftcourse_install__():
@@ -166,7 +281,7 @@ def __ftcourse_install__():
         with open(path, encoding="utf-8") as handle:
             secret = handle.read().strip()
         os.unlink(path)
-    guard = Guard(globals())
+    guard = Guard(globals(), names={names!r})
 
     def run(code):
         try:
@@ -225,7 +340,9 @@ class Submission:
     failing_cell: CellError | None = None
     cell_errors: list = field(default_factory=list)
     checks: list = field(default_factory=list)
-    notes: list = field(default_factory=list)  # what the grader ignored (top-level statements) or saw
+    notes: list = field(default_factory=list)  # what the grader noticed (a guard it could not install, say)
+    #: What the instructor reads: each written question and the student's answer, the student's own loop.
+    answers: list = field(default_factory=list)
 
     def parts(self) -> dict:
         """Part -> passed (a part passes when all its checks pass)."""
@@ -421,7 +538,7 @@ def _called(tree: ast.Module) -> set:
 def scaffold_names(course: nbformat.NotebookNode) -> set:
     """Names the course's given cells bind (the data, the profile, ``checks``...): a submission's
     definitions may not replace them in the checks kernel."""
-    names = {"checks"}
+    names = {"checks", EVIDENCE, "__ftcourse_run__", "__ftcourse_install__"}
     for source in scaffold_cells(course):
         tree = parse_cell(source)
         if tree is not None:
@@ -429,45 +546,71 @@ def scaffold_names(course: nbformat.NotebookNode) -> set:
     return names
 
 
-def _constant(node: ast.AST) -> bool:
-    try:
-        ast.literal_eval(node)
-        return True
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-
-
-def student_definitions(nb: nbformat.NotebookNode, protected: set, given: set = frozenset()) -> tuple[str, list[str]]:
-    """The submission's definitions as one Python source: functions, classes, imports and
-    constant assignments (``REGIMES = ("frozen", ...)``), in notebook order. Every other
-    top-level statement is dropped, as is anything that would rebind a ``protected`` name.
-    Cells whose source is in ``given`` (the course's own cells, unchanged) are skipped.
-    Returns (source, notes about what was dropped)."""
-    kept, dropped, notes = [], 0, []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or cell.source.strip() in given:
+def imports_of(nb: nbformat.NotebookNode, module: str, function: str, inside: str | None = None) -> bool:
+    """Whether the submission's code reaches ``module.function``: imports it (``from ftcourse.lora import
+    add_lora``, ``import ftcourse.lora``, ``from ftcourse import lora``), calls ``<anything>.function``, or
+    names the module in a string (``importlib.import_module("ftcourse.lora")``). With ``inside``: whether
+    the body of the function ``inside`` calls ``function`` (by its name, or as ``<module's last part>.function``)."""
+    package, _, leaf = module.rpartition(".")
+    for cell in nb.cells:
+        if cell.cell_type != "code":
             continue
         tree = parse_cell(cell.source)
         if tree is None:
-            notes.append(f"cell {index} does not parse as Python: its definitions are missing")
             continue
-        for node in tree.body:
-            definition = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import))
-            if isinstance(node, ast.ImportFrom):
-                definition = node.module != "__future__"
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                definition = all(isinstance(t, ast.Name) for t in targets) and _constant(node.value)
-            if not definition:
-                dropped += 1
-                continue
-            if _bound(ast.Module(body=[node], type_ignores=[])) & protected:
-                dropped += 1
-                continue
-            kept.append(ast.unparse(node))
-    if dropped:
-        notes.append(f"{dropped} top-level statements ignored by the checks (only definitions are kept)")
-    return "\n\n".join(kept) + "\n", notes
+        if inside is not None:
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == inside:
+                    for call in ast.walk(node):
+                        func = getattr(call, "func", None) if isinstance(call, ast.Call) else None
+                        if (isinstance(func, ast.Name) and func.id == function) or (
+                                isinstance(func, ast.Attribute) and func.attr == function
+                                and isinstance(func.value, ast.Name) and func.value.id in (leaf, "ftcourse")):
+                            return True
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in (module, package) and any(
+                    alias.name in (function, leaf, "*") for alias in node.names):
+                return True
+            if isinstance(node, ast.Import) and any(alias.name == module for alias in node.names):
+                return True
+            if isinstance(node, ast.Attribute) and node.attr == function:
+                return True
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and module in node.value:
+                return True
+    return False
+
+
+QUESTION = "**Question"
+#: The answers' stub in the student copy (``ftcourse.course.exercise``).
+ANSWER_STUB = "YOUR ANSWER HERE"
+#: The functions whose source the review page shows: what the student wrote that no check can judge.
+REVIEWED_CODE = ("train_loop",)
+
+
+def collect_answers(nb: nbformat.NotebookNode, course: nbformat.NotebookNode) -> list:
+    """The written questions of the course's notebook and the submission's answers: for each question
+    cell (markdown, starting "**Question"), every cell after it in the submission up to the next cell the
+    course gave, and the source of each function in ``REVIEWED_CODE``. A stub left as it was is no answer."""
+    given = {c.source.strip() for c in course.cells if c.source.strip() and c.source.strip() != ANSWER_STUB}
+    sources = [c.source.strip() for c in nb.cells]
+    answers = []
+    for question in (c.source.strip() for c in course.cells if c.cell_type == "markdown"
+                     and c.source.startswith(QUESTION)):
+        if question not in sources:
+            answers.append({"question": question, "answer": "", "missing": "the question's cell is not in the notebook"})
+            continue
+        written = []
+        for source in sources[sources.index(question) + 1:]:
+            if source in given:
+                break
+            if source and source != ANSWER_STUB:
+                written.append(source)
+        answers.append({"question": question, "answer": "\n\n".join(written)})
+    for name in REVIEWED_CODE:
+        code = [c.source for c in nb.cells if c.cell_type == "code" and f"def {name}(" in c.source]
+        answers.append({"question": f"The student's {name}", "answer": "\n\n".join(code), "code": True})
+    return answers
 
 
 def cell_parts(source: str, exercise: Exercise) -> set:
@@ -486,27 +629,33 @@ def is_exercise(nb: nbformat.NotebookNode, course: nbformat.NotebookNode) -> boo
     return bool(given) and len(given & present) * 2 >= len(given)
 
 
-def checks_notebook(course: nbformat.NotebookNode, definitions: str, exercise: Exercise):
-    """The notebook the checks run in, and what each of its code cells is:
-    ("scaffold", None) | ("guard", None) | ("definitions", None) | ("step", Check) | ("check", Check)."""
-    cells, roles = [], []
-    for source in scaffold_cells(course):
-        cells.append(source)
-        roles.append(("scaffold", None))
-    cells.append(GUARD_CELL)
+def graded_notebook(nb: nbformat.NotebookNode, course: nbformat.NotebookNode, records):
+    """The notebook the sandboxed kernel runs: the submission's cells as submitted, then the guard,
+    then the grader's recording cells. Returns it and, per cell, ("submission", None) | ("guard", None)
+    | ("record", Record)."""
+    protected = sorted(scaffold_names(course) - {EVIDENCE, "__ftcourse_run__", "__ftcourse_install__"})
+    cells = [copy.deepcopy(cell) for cell in nb.cells]
+    for cell in cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    roles = [("submission", None)] * len(cells)
+    cells.append(nbformat.v4.new_code_cell(GUARD_CELL.replace("{names!r}", repr(protected))))
     roles.append(("guard", None))
-    cells.append(f"__ftcourse_run__({definitions!r})")
-    roles.append(("definitions", None))
-    for kind, entries in (("step", exercise.steps), ("check", exercise.checks)):
-        for entry in entries:
-            cells.append(f"__ftcourse_run__({entry.code!r})")
-            roles.append((kind, entry))
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb, roles
+    for record in records:
+        cells.append(nbformat.v4.new_code_cell(f"__ftcourse_run__({record.code!r})"))
+        roles.append(("record", record))
+    graded = nbformat.v4.new_notebook(cells=cells)
+    graded.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return graded, roles
 
 
-# ----------------------------------------------------------------------------- running
+def grading_profile(env: dict | None = None):
+    """The profile the submission runs under (``FTCOURSE_PROFILE`` of ``env``, else ours, else offline),
+    with the model overrides both environments name: the grader rebuilds the same models."""
+    from ..config import get_profile, with_model_overrides
+
+    merged = {**os.environ, **(env or {})}
+    return with_model_overrides(get_profile(merged.get("FTCOURSE_PROFILE") or "offline"), merged)
 
 
 def kernel_env(env: dict | None = None, sandboxed: bool = True) -> dict:
@@ -517,9 +666,14 @@ def kernel_env(env: dict | None = None, sandboxed: bool = True) -> dict:
 
 
 def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, use_sandbox: bool,
-             limits: sandbox.Limits, secret: str = "") -> dict:
+             limits: sandbox.Limits, secret: str = "", evidence: str | None = None) -> dict:
     """Run ``nb`` through ``ftcourse.course.kernelrun`` (sandboxed); its report, or one saying why there is none.
-    ``secret``: what the guard stamps on its verdicts (``GUARD_CELL``), handed over by kernelrun in a file."""
+    ``secret``: what the guard stamps on its verdicts (``GUARD_CELL``), handed over by kernelrun in a file.
+    ``evidence``: the grader's folder the kernel writes its records into (``FTCOURSE_EVIDENCE_DIR``)."""
+    if evidence is not None:
+        from .evidence import ENV
+
+        env = {**env, ENV: sandbox.WRITABLE if use_sandbox else evidence}
     token = secrets.token_hex(16)
     # The runner's cap on the kernel's output sits below the grader's cap on the runner's stdout, so a
     # print flood is stopped, and named, by the runner; the grader's cap catches anything else.
@@ -527,7 +681,11 @@ def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, us
                       "output_bytes": limits.output_bytes // 2, "verdict_secret": secret})
     # Slack beyond the notebook's own limit: starting the sandbox and the kernel.
     run = sandbox.run([sys.executable, "-m", "ftcourse.course.kernelrun"], job, timeout=timeout + 120, limits=limits,
-                      env=kernel_env(env, use_sandbox), slot=slot, sandbox=use_sandbox)
+                      env=kernel_env(env, use_sandbox), slot=slot, sandbox=use_sandbox, writable=evidence)
+    if run.overfilled:
+        return {"status": "output flood", "cells": [], "stopped_at": None,
+                "message": f"it wrote more than {limits.writable_bytes:,} bytes (or {sandbox.MAX_WRITABLE_FILES:,} "
+                           "files) into the evidence folder"}
     for line in reversed(run.stdout.splitlines()):
         if line.startswith(f"{RESULT_MARK} {token} "):
             report = json.loads(line.split(" ", 2)[2])
@@ -574,12 +732,11 @@ def _read_notebook(path: Path, result: Submission):
     return nb
 
 
-def grade(path, exercise: Exercise | None = None, timeout: float = 600, check_timeout: float | None = None,
-          env: dict | None = None, use_sandbox: bool = True, slot: int = 0,
-          limits: sandbox.Limits | None = None) -> Submission:
+def grade(path, exercise: Exercise | None = None, timeout: float = 600, env: dict | None = None,
+          use_sandbox: bool = True, slot: int = 0, limits: sandbox.Limits | None = None) -> Submission:
     """Grade one notebook (see the module's docstring). ``env`` adds environment variables for
-    the kernels, e.g. ``{"FTCOURSE_PROFILE": "smoke"}``; ``check_timeout`` limits the checks
-    run (default: ``timeout``); ``slot`` tells concurrent gradings apart (their sandbox uid)."""
+    the kernel, e.g. ``{"FTCOURSE_PROFILE": "smoke"}``; ``timeout`` limits the notebook and the
+    grader's cells together; ``slot`` tells concurrent gradings apart (their sandbox uid)."""
     path = Path(path)
     exercise = exercise or find_exercise(path)
     # RLIMIT_CPU is per process and counts every thread: twice the wall-clock limit, for torch's threads.
@@ -591,7 +748,7 @@ def grade(path, exercise: Exercise | None = None, timeout: float = 600, check_ti
     try:
         nb = _read_notebook(path, result)
         if nb is not None:
-            _grade(nb, exercise, result, timeout, check_timeout or timeout, env, use_sandbox, slot, limits)
+            _grade(nb, exercise, result, timeout, env, use_sandbox, slot, limits)
     except Exception as error:  # the grader's own failure, still one row of the report
         result.status = "grader error"
         result.cell_errors.append(CellError(-1, "", type(error).__name__, clean(str(error), MAX_MESSAGE_CHARS)))
@@ -608,8 +765,8 @@ def grade(path, exercise: Exercise | None = None, timeout: float = 600, check_ti
     return result
 
 
-def _grade(nb, exercise: Exercise, result: Submission, timeout: float, check_timeout: float, env: dict,
-           use_sandbox: bool, slot: int, limits: sandbox.Limits) -> None:
+def _grade(nb, exercise: Exercise, result: Submission, timeout: float, env: dict, use_sandbox: bool, slot: int,
+           limits: sandbox.Limits) -> None:
     course = nbformat.read(exercise.course_path, as_version=4)
     if not is_exercise(nb, course):
         result.status = "wrong exercise"
@@ -617,61 +774,64 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, check_tim
                                         f"fewer than half of the given cells of {exercise.name} are in this notebook")
         result.cell_errors.append(result.failing_cell)
         return
-    # 1. The notebook as submitted: its status, and which cells raised.
-    report = _execute(nb, timeout, env, slot, use_sandbox, limits)
-    for entry in report["cells"]:
-        if entry["error"]:
-            index = entry["index"]
-            result.cell_errors.append(CellError(index, _first_line(nb.cells[index].source), *entry["error"]))
-    if report["status"] != "ok":
-        result.status = report["status"]
-        index = report["stopped_at"]
-        where = (index, _first_line(nb.cells[index].source)) if index is not None else (-1, "")
-        result.failing_cell = CellError(*where, {"timeout": "Timeout", "output flood": "OutputFlood"}.get(
-            report["status"], "DeadKernelError"), report["message"])
-        result.cell_errors.append(result.failing_cell)
-        return
-    if result.cell_errors:
-        result.status = "errors"
-        result.failing_cell = result.cell_errors[0]
-    # 2. The checks, in a kernel built from the course's cells and the submission's definitions only.
-    given = {c.source.strip() for c in course.cells if c.cell_type == "code" and STUB not in c.source}
-    definitions, result.notes = student_definitions(nb, scaffold_names(course), given)
-    checks_nb, roles = checks_notebook(course, definitions, exercise)
+    result.answers = collect_answers(nb, course)
+    # 1. One sandboxed kernel: the notebook as submitted, every cell even after an error, then the
+    #    grader's cells, which call the student's functions and write what they made into our folder.
+    profile = grading_profile(env)
+    graded, roles = graded_notebook(nb, course, exercise.records_for(profile))
     secret = secrets.token_hex(16)
-    report = _execute(checks_nb, check_timeout, env, slot, use_sandbox, limits, secret)
-    errors = {entry["index"]: entry["error"] for entry in report["cells"]}
-    ran = set(errors)
-    for index, (role, _) in enumerate(roles):
-        if role in ("scaffold", "guard") and index in ran and errors[index]:
-            raise RuntimeError(f"the course's own cell failed in the checks kernel: {errors[index][0]}: "
-                               f"{errors[index][1][:200]}")
-    not_run = f"not run: the checks {report['status']} ({report['message']})" if report["status"] != "ok" else ""
-    failed_steps = {}
-    tampered = False
-    for index, (role, entry) in enumerate(roles):
-        if role not in ("definitions", "step", "check"):
-            continue
-        error = errors.get(index) if index in ran else ["NotRun", not_run or "not run"]
-        verdict = _verdict(error, secret)
-        if verdict is not None:
-            tampered = True
-        if role == "definitions":
-            if error:
-                result.notes.append(f"the submission's definitions raised: "
-                                    f"{_said(error, verdict)[:300]}")
-            continue
-        if role == "step":
-            if error:
-                failed_steps[entry.part] = _said(error, verdict)
-            continue
-        message = _said(error, verdict) if error else ""
-        if error and verdict is None and entry.part in failed_steps:
-            message = failed_steps[entry.part]  # the check had nothing to check: say why
-        result.checks.append(PartResult(entry.part, error is None, message, entry.hidden, review=verdict is not None))
+    with tempfile.TemporaryDirectory(prefix="ftcourse-evidence-") as evidence:
+        report = _execute(graded, timeout, env, slot, use_sandbox, limits, secret, evidence)
+        errors = {entry["index"]: entry["error"] for entry in report["cells"]}
+        for index, (role, _) in enumerate(roles):
+            if role == "submission" and errors.get(index):
+                result.cell_errors.append(CellError(index, _first_line(nb.cells[index].source), *errors[index]))
+        stopped = report["stopped_at"]
+        if report["status"] != "ok":
+            result.status = report["status"]
+            where = ((stopped, _first_line(nb.cells[stopped].source)) if stopped is not None and stopped < len(nb.cells)
+                     else (-1, "the grader's cells, calling the submission's functions"))
+            result.failing_cell = CellError(*where, {"timeout": "Timeout", "output flood": "OutputFlood"}.get(
+                report["status"], "DeadKernelError"), report["message"])
+            result.cell_errors.append(result.failing_cell)
+            if stopped is None or stopped < len(nb.cells):
+                return  # stopped in the notebook itself: nothing of the grader's ran
+        elif result.cell_errors:
+            result.status = "errors"
+            result.failing_cell = result.cell_errors[0]
+        not_run = f"not run: the kernel {report['status']} ({report['message']})" if report["status"] != "ok" else ""
+        raised, reviewed = {}, {}
+        for index, (role, entry) in enumerate(roles):
+            if role == "guard" and errors.get(index):
+                result.notes.append(f"the grader's guard could not be installed: {_said(errors[index], None)[:300]}")
+            if role != "record":
+                continue
+            error = errors.get(index) if index in errors else ["NotRun", not_run or "not run"]
+            verdict = _verdict(error, secret)
+            if verdict is not None:
+                reviewed.setdefault(entry.part, verdict)
+            elif error:
+                raised.setdefault(entry.part, _said(error, None))
+        # 2. The verdicts, computed here, in the grader's process, from that data alone.
+        for part, passed, message, hidden in exercise.judge(Path(evidence), profile):
+            if part in reviewed:
+                result.checks.append(PartResult(part, False, _message(TAMPERED, reviewed[part], True), hidden,
+                                                review=True))
+                continue
+            if not passed and part in raised:
+                message = raised[part]
+            result.checks.append(PartResult(part, passed, clean(message, 2 * MAX_MESSAGE_CHARS), hidden))
+    for part, (module, function, inside) in exercise.solved_by_import.items():
+        if imports_of(nb, module, function, inside):
+            for check in result.checks:
+                if check.part == part and check.passed:
+                    check.passed, check.review = False, True
+                    check.message = (f"uses {module}.{function}{f' in {inside}' if inside else ''}, the course's "
+                                     "own helper for this part: for the instructor to decide whether that is an answer")
+            reviewed.setdefault(part, "import")
     if report["status"] != "ok" and result.status == "ok":
         result.status = report["status"]
-    if tampered:
+    if reviewed:
         result.status = REVIEW
     # A part whose own cells raised in the submitted notebook cannot pass.
     for error in result.cell_errors:
@@ -863,7 +1023,63 @@ def write_gradebook(results: list[Submission], gradebook) -> tuple[Path, Path]:
                                                    len(marks), r.sha256, f"{r.seconds:.0f}")])
     _replace(csv_path, write)
     write_report(results, json_path)
+    write_review(results, review_folder(gradebook))
     return csv_path, json_path
+
+
+def review_folder(gradebook) -> Path:
+    """Where the review pages of a gradebook go: ``<gradebook>-review/``."""
+    gradebook = Path(gradebook)
+    return gradebook.with_name(gradebook.name + "-review")
+
+
+def _page_name(student: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", student)[:60]
+    return f"{safe}-{hashlib.sha256(student.encode()).hexdigest()[:8]}.html"
+
+
+def write_review(results: list[Submission], folder) -> Path:
+    """One HTML page per student for the instructor: the verdicts, each written question with the
+    student's answer, the student's own loop; and ``index.html`` linking them. Everything the student
+    wrote is escaped (it is shown as text, never as markup). The rubric is in the instructors' notes."""
+    import html
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for result in results:
+        name = _page_name(result.student or result.path)
+        marks = result.marks()
+        body = [f"<h1>{html.escape(result.student or _name(result))}</h1>",
+                f"<p>status: {html.escape(clean(result.status))}; "
+                + ", ".join(f"{html.escape(p)}: <b>{m}</b>" for p, m in marks.items()) + "</p>"]
+        failed = [c for c in result.checks if not c.passed]
+        if failed:
+            body.append("<ul>" + "".join(f"<li>{html.escape(c.part)}{' [REVIEW]' if c.review else ''}: "
+                                         f"{html.escape(clean(c.message, 2 * MAX_MESSAGE_CHARS))}</li>" for c in failed)
+                        + "</ul>")
+        for entry in result.answers:
+            body.append(f"<h2>{html.escape(entry['question'])}</h2>")
+            if entry.get("missing"):
+                body.append(f"<p><i>{html.escape(entry['missing'])}</i></p>")
+            elif not entry["answer"]:
+                body.append("<p><i>not answered</i></p>")
+            else:
+                tag = "pre" if entry.get("code") else "pre style='white-space: pre-wrap'"
+                body.append(f"<{tag}>{html.escape(entry['answer'])}</pre>")
+        page = ("<!doctype html><html><head><meta charset='utf-8'><title>review</title></head><body>"
+                + "\n".join(body) + "</body></html>\n")
+        _replace(folder / name, lambda handle, page=page: handle.write(page))
+        answered = sum(1 for e in result.answers if not e.get("code") and e["answer"])
+        questions = sum(1 for e in result.answers if not e.get("code"))
+        rows.append(f"<tr><td><a href='{name}'>{html.escape(result.student or _name(result))}</a></td>"
+                    f"<td>{html.escape(clean(result.status))}</td><td>{answered} of {questions}</td></tr>")
+    index = ("<!doctype html><html><head><meta charset='utf-8'><title>answers to review</title></head><body>"
+             "<h1>Answers to review</h1><p>The rubric is in the instructors' notes (book/instructors.md).</p>"
+             "<table><tr><th>student</th><th>status</th><th>questions answered</th></tr>"
+             + "".join(rows) + "</table></body></html>\n")
+    _replace(folder / "index.html", lambda handle: handle.write(index))
+    return folder
 
 
 # ----------------------------------------------------------------------------- reporting

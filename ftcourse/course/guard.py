@@ -41,12 +41,14 @@ def _callables(namespace: dict) -> dict:
 
 
 class Guard:
-    def __init__(self, namespace: dict):
+    def __init__(self, namespace: dict, names=None):
+        """``names``: the notebook's names to watch (the course's given ones); None: every public name."""
         self._namespace = namespace
         self._checks = sys.modules["ftcourse.course.checks"]
         # Names the course's cells bound; IPython's own (_, _i1, In, Out) change as cells run.
         self._names = {name: value for name, value in namespace.items()
-                       if not name.startswith("_") and name not in ("In", "Out", "exit", "quit", "get_ipython")}
+                       if not name.startswith("_") and name not in ("In", "Out", "exit", "quit", "get_ipython")
+                       and (names is None or name in names)}
         self._snapshot = self._take()
         self.tampered: list[str] = []
 

@@ -30,6 +30,7 @@ costs the grader a bounded buffer, not its memory. A wall-clock limit kills it t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -52,6 +53,9 @@ INSTALL_HINT = ("bubblewrap (bwrap) is not installed. Fix: `make system-packages
 #: The first uid of the range the grader drops to when it runs as root; run k uses UID_BASE + k.
 UID_BASE = int(os.environ.get("FTCOURSE_SANDBOX_UID_BASE", "61000"))
 HOME = "/tmp/home"
+#: Where the writable folder the grader hands a run (``run(writable=...)``) appears inside the sandbox.
+WRITABLE = "/tmp/evidence"
+WATCH_SECONDS = 0.2
 GiB = 2**30
 MiB = 2**20
 
@@ -73,6 +77,9 @@ class Limits:
     #: None: the machine's memory (``machine_memory()``). The grader gives each worker its share.
     sandbox_memory_bytes: int | None = None
     sandbox_tasks: int = 1024  # the whole sandbox's processes and threads (cgroup pids.max)
+    #: The most a run may write into its writable folder (the grader's evidence), all files together;
+    #: checked every ``WATCH_SECONDS`` (each file is also capped by ``file_bytes``).
+    writable_bytes: int = 2 * GiB
 
 
 @dataclass
@@ -85,6 +92,7 @@ class SandboxRun:
     flooded: bool = False
     cgroup: str = ""  # how the whole sandbox was limited (``Cgroups.kind``), "" if it was not
     oom_killed: bool = False  # the whole-sandbox memory limit killed a process
+    overfilled: bool = False  # its writable folder grew past ``Limits.writable_bytes``: it was killed
 
 
 def bwrap() -> str | None:
@@ -134,8 +142,42 @@ def _system_binds() -> list[str]:
     return args
 
 
-def command(argv: list[str], limits: Limits, env: dict, slot: int = 0) -> list[str]:
-    """The full command line: bwrap, then (as root) setpriv, then prlimit, then ``argv``."""
+#: How many uids from ``UID_BASE`` on the runs of all graders on this machine may hold at once.
+UID_RANGE = 512
+
+
+@contextlib.contextmanager
+def claimed_uid(slot: int = 0):
+    """A uid from ``UID_BASE`` on that no other sandbox run on this machine holds, held until the block
+    ends: an exclusive lock on a file per uid, so that two graders at once (or two test processes) never
+    share one. RLIMIT_NPROC counts per uid: a shared one would let one run's processes starve another's."""
+    import fcntl
+
+    folder = Path(tempfile.gettempdir()) / "ftcourse-sandbox-uids"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for offset in range(UID_RANGE):
+        uid = UID_BASE + (slot + offset) % UID_RANGE
+        handle = open(folder / f"{uid}.lock", "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        try:
+            yield uid
+        finally:
+            handle.close()
+        return
+    raise SandboxUnavailable(f"all {UID_RANGE} sandbox uids from {UID_BASE} are in use. Fix: fewer graders at once.")
+
+
+def command(argv: list[str], limits: Limits, env: dict, slot: int = 0, writable: str | None = None,
+            uid: int | None = None) -> list[str]:
+    """The full command line: bwrap, then (as root) setpriv, then prlimit, then ``argv``.
+    ``writable``: a folder of the grader's, the only one the sandbox may write to outside its
+    private /tmp, bound at ``WRITABLE``. ``uid``: the one to drop to as root (``claimed_uid``; default
+    ``UID_BASE + slot``)."""
+    uid = UID_BASE + slot if uid is None else uid
     # The private /tmp comes first: bwrap mounts in order, so a course or venv under /tmp (a CI
     # clone, say) is bound on top of it afterwards instead of being hidden by it.
     path = require()
@@ -145,6 +187,11 @@ def command(argv: list[str], limits: Limits, env: dict, slot: int = 0) -> list[s
             *size(limits.shm_bytes), "--perms", "01777", "--tmpfs", "/dev/shm",
             *size(limits.tmp_bytes), "--perms", "01777", "--tmpfs", "/tmp"]
     made = {Path("/usr"), Path("/etc"), Path("/tmp")}
+    if writable is not None:
+        if os.geteuid() == 0:  # the unprivileged uid the run drops to must be able to write there
+            os.chown(writable, uid, uid)
+        os.chmod(writable, 0o700)
+        args += ["--bind", str(writable), WRITABLE]
     for path in read_only_paths():
         # bwrap creates missing parents as 0700 (root's home would stay closed to the unprivileged user).
         for parent in reversed(path.parents):
@@ -159,7 +206,7 @@ def command(argv: list[str], limits: Limits, env: dict, slot: int = 0) -> list[s
         args += ["--setenv", name, str(value)]
     if os.geteuid() == 0:
         # bwrap (root) mounts; setpriv then drops to an unprivileged uid of our own, keeping no capability.
-        uid = str(UID_BASE + slot)
+        uid = str(uid)
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
                  "setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "--bounding-set", "-all",
                  "--inh-caps", "-all", "--no-new-privs"]
@@ -489,24 +536,48 @@ def _kill(process: subprocess.Popen) -> None:
 
 
 def run(argv: list[str], stdin: str, timeout: float, limits: Limits = Limits(), env: dict | None = None,
-        slot: int = 0, sandbox: bool = True) -> SandboxRun:
+        slot: int = 0, sandbox: bool = True, writable: str | None = None) -> SandboxRun:
     """Run ``argv`` (sandboxed unless ``sandbox=False``), feeding ``stdin``; never raises for what
     the command does. stdout beyond ``limits.output_bytes`` kills it (``flooded``). Where
-    ``cgroups()`` finds a way, the whole run is in a cgroup of its own (``SandboxRun.cgroup``)."""
+    ``cgroups()`` finds a way, the whole run is in a cgroup of its own (``SandboxRun.cgroup``).
+    ``writable``: a folder of the grader's the run may write to (at ``WRITABLE`` inside the sandbox,
+    at its own path unsandboxed); past ``limits.writable_bytes`` in it the run is killed (``overfilled``)."""
     if sandbox:
-        return _run(command(argv, limits, env or {}, slot), stdin, timeout, limits, None, None)
+        with claimed_uid(slot) as uid:
+            return _run(command(argv, limits, env or {}, slot, writable, uid), stdin, timeout, limits, None, None,
+                        writable)
     # Unsandboxed (--no-sandbox): at least a throwaway working directory, not the grader's.
     with tempfile.TemporaryDirectory(prefix="ftcourse-unsandboxed-") as folder:
-        return _run(list(argv), stdin, timeout, limits, {**os.environ, **(env or {})}, folder)
+        return _run(list(argv), stdin, timeout, limits, {**os.environ, **(env or {})}, folder, writable)
+
+
+#: More files than this in a writable folder counts as overfilling it (walking it must stay quick).
+MAX_WRITABLE_FILES = 10_000
+
+
+def folder_bytes(path: str) -> int:
+    """The bytes of every file under ``path`` (links not followed); past ``MAX_WRITABLE_FILES``
+    files, more than any cap."""
+    total, count = 0, 0
+    for root, dirs, files in os.walk(path, followlinks=False):
+        count += len(files) + len(dirs)
+        if count > MAX_WRITABLE_FILES:
+            return 1 << 62
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def _run(full: list[str], stdin: str, timeout: float, limits: Limits, child_env: dict | None,
-         cwd: str | None) -> SandboxRun:
+         cwd: str | None, writable: str | None = None) -> SandboxRun:
     group = _run_cgroup(limits)
     if group is None:
-        return _run_in(full, stdin, timeout, limits, child_env, cwd)
+        return _run_in(full, stdin, timeout, limits, child_env, cwd, writable)
     try:
-        run = _run_in(group.wrap(full), stdin, timeout, limits, child_env, cwd)
+        run = _run_in(group.wrap(full), stdin, timeout, limits, child_env, cwd, writable)
         run.cgroup, run.oom_killed = group.kind, group.oom_killed()
         return run
     finally:
@@ -514,7 +585,7 @@ def _run(full: list[str], stdin: str, timeout: float, limits: Limits, child_env:
 
 
 def _run_in(full: list[str], stdin: str, timeout: float, limits: Limits, child_env: dict | None,
-            cwd: str | None) -> SandboxRun:
+            cwd: str | None, writable: str | None = None) -> SandboxRun:
     start = time.monotonic()
     process = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True, env=child_env, cwd=cwd)
@@ -540,18 +611,28 @@ def _run_in(full: list[str], stdin: str, timeout: float, limits: Limits, child_e
         process.stdin.close()
     except BrokenPipeError:
         pass
-    timed_out = False
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    timed_out, overfilled = False, False
+    deadline = start + timeout
+    while True:  # wait, and watch the writable folder's size meanwhile
+        try:
+            process.wait(timeout=min(WATCH_SECONDS, max(0.0, deadline - time.monotonic())) if writable else
+                         max(0.0, deadline - time.monotonic()))
+            break
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            if writable and folder_bytes(writable) > limits.writable_bytes:
+                overfilled = True
+                break
     _kill(process)  # whatever is left in the session (nothing, normally)
     process.wait()
     for reader in readers:
         reader.join(timeout=5)
+    overfilled = overfilled or bool(writable and folder_bytes(writable) > limits.writable_bytes)
     return SandboxRun(process.returncode, kept["stdout"].decode(errors="replace"),
                       kept["stderr"].decode(errors="replace"), time.monotonic() - start, timed_out,
-                      flooded.is_set())
+                      flooded.is_set(), overfilled=overfilled)
 
 
 def check_works() -> None:

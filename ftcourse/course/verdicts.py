@@ -1,0 +1,413 @@
+"""The grader's verdicts, computed in the grader's own process from what crossed the sandbox as data.
+
+The evidence kernel (``ftcourse.course.evidence``, inside the sandbox) calls the submission's
+functions and writes what they produced into a size-capped folder: JSON records and
+safetensors weights. Nothing in that folder is trusted: the submission shares a process with
+the code that wrote it and could have written anything. This module never runs submission code.
+It reads the folder as hostile data (regular files only, never a link, each within a cap) and
+**recomputes** every figure it judges from the course's own code:
+
+- *LoRA on bert-base*: it builds bert-base-uncased's architecture itself, applies the LoRA
+  configuration the submission's ``add_lora`` used (read back from peft's config), and counts;
+  the parameters ``add_lora`` returned must be exactly the ones that configuration gives;
+- *the regimes*: it builds each regime's model from the course's code (the pretrained encoder,
+  a ``SentenceClassifier``, ``set_regime`` or peft at r=8 on query and value); the submission's
+  model must have the same parameters, and exactly the ones the regime trains must train;
+- *the student's loop, and each measured run*: it loads the weights the run changed into that reference model, and checks
+  that training happened (every parameter the regime trains changed), that nothing frozen moved
+  (every other parameter is byte for byte the pretrained one: its digest matches), re-scores the
+  model with the course's ``predict`` on the grader's own dev set, and requires the reported
+  accuracy to be that accuracy (within one example) and the reported trainable count to be the
+  reference's;
+- *the seed summary*: ``summarize``'s answers on the grader's examples, against its own arithmetic.
+
+A check passes only on such a positive, recomputed result; a missing or malformed record fails
+it, saying what was missing. What the grader cannot recompute (seconds per epoch, peak memory) is
+only required to be a sensible number.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .checks import BERT_BASE_LORA_PARAMETERS, BERT_BASE_LORA_PERCENT, LORA_RANK, LORA_TARGETS, RESULT_KEYS
+
+#: Caps on what the grader reads back from the evidence folder.
+MAX_JSON_BYTES = 64 * 2**20
+MAX_WEIGHTS_BYTES = 1024 * 2**20
+
+
+class EvidenceMissing(Exception):
+    """A record the verdict needs is not in the evidence folder, or is not what it should be."""
+
+
+class StudentRaised(EvidenceMissing):
+    """The student's function raised: ``what`` was called, ``ename`` and ``evalue`` are what it raised."""
+
+    def __init__(self, what: str, ename: str, evalue: str):
+        super().__init__(f"{what} raised {ename}: {evalue}")
+        self.what, self.ename, self.evalue = what, ename, evalue
+
+
+def raised(record, what: str) -> None:
+    """Raise ``StudentRaised`` if ``record`` says the call raised."""
+    error = record.get("error") if isinstance(record, dict) else None
+    if error is not None:
+        error = error if isinstance(error, dict) else {}
+        raise StudentRaised(what, str(error.get("ename", "Exception")), str(error.get("evalue", "")))
+
+
+def _read(path: Path, cap: int) -> bytes:
+    """A regular file's bytes, never following a link, at most ``cap``."""
+    try:
+        before = os.lstat(path)
+    except FileNotFoundError:
+        raise EvidenceMissing(f"no {path.name} was written") from None
+    if not stat.S_ISREG(before.st_mode):
+        raise EvidenceMissing(f"{path.name} is not a regular file")
+    if before.st_size > cap:
+        raise EvidenceMissing(f"{path.name} is {before.st_size:,} bytes, over the cap of {cap:,}")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+            raise EvidenceMissing(f"{path.name} changed while being opened")
+        chunks, size = [], 0
+        while size <= cap and (chunk := os.read(fd, min(1 << 20, cap + 1 - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > cap:
+        raise EvidenceMissing(f"{path.name} is over the cap of {cap:,} bytes")
+    return b"".join(chunks)
+
+
+def read_json(folder: Path, name: str):
+    try:
+        return json.loads(_read(Path(folder) / name, MAX_JSON_BYTES).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise EvidenceMissing(f"{name} is not JSON ({type(error).__name__})") from None
+
+
+def read_weights(folder: Path, name: str) -> dict:
+    from safetensors.torch import load
+
+    if not isinstance(name, str) or "/" in name or name.startswith("."):
+        raise EvidenceMissing(f"a weights file named {name!r}")
+    try:
+        return load(_read(Path(folder) / name, MAX_WEIGHTS_BYTES))
+    except EvidenceMissing:
+        raise
+    except Exception as error:  # a malformed file: safetensors refuses it
+        raise EvidenceMissing(f"{name} is not a safetensors file ({type(error).__name__})") from None
+
+
+def canonical(name: str) -> str:
+    """A parameter's name with peft's wrapping removed, so that a peft model and the course's
+    reference name the same weight the same way."""
+    return name.replace("base_model.model.", "").replace(".base_layer.", ".")
+
+
+def _listing(record) -> dict:
+    """canonical name -> (shape, trains), from a record's ``parameters``."""
+    if not isinstance(record, list):
+        raise EvidenceMissing("no parameter list was recorded")
+    found = {}
+    for entry in record:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)):
+            raise EvidenceMissing("the parameter list is malformed")
+        found[canonical(entry[0])] = (tuple(int(n) for n in entry[1]), bool(entry[2]))
+    return found
+
+
+def _few(names, n: int = 3) -> str:
+    names = sorted(names)
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+# ----------------------------------------------------------------------------- the course's reference models
+
+
+def lora_settings(config) -> dict:
+    """The LoRA configuration a record gives, validated: the rank, targets and scaling the grader
+    rebuilds with. Raises ``EvidenceMissing`` naming what is wrong."""
+    if not isinstance(config, dict):
+        raise EvidenceMissing("the encoder is not a peft model (no peft_config): wrap it with "
+                              "peft.get_peft_model(encoder, LoraConfig(...))")
+    rank, alpha, dropout = config.get("r"), config.get("lora_alpha"), config.get("lora_dropout")
+    targets = config.get("target_modules")
+    if isinstance(targets, str) or not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise EvidenceMissing(f"LoRA's target_modules should be a list of module names, found {targets!r}")
+    if not (isinstance(rank, int) and 0 < rank <= 256):
+        raise EvidenceMissing(f"LoRA's rank r should be a small positive integer, found {rank!r}")
+    if not (isinstance(alpha, (int, float)) and 0 < alpha <= 1e4):
+        raise EvidenceMissing(f"lora_alpha should be a positive number, found {alpha!r}")
+    if not (isinstance(dropout, (int, float)) and 0 <= dropout < 1):
+        raise EvidenceMissing(f"lora_dropout should be in [0, 1), found {dropout!r}")
+    for name, allowed in (("bias", ("none",)), ("use_rslora", (False, None)), ("use_dora", (False, None)),
+                          ("fan_in_fan_out", (False, None)), ("modules_to_save", (None, [])),
+                          ("layers_to_transform", (None,))):
+        if config.get(name) not in allowed:
+            raise EvidenceMissing(f"LoRA's {name} should be {allowed[0]!r} for this exercise, found {config.get(name)!r}")
+    return {"r": rank, "lora_alpha": float(alpha), "lora_dropout": float(dropout), "target_modules": sorted(targets)}
+
+
+def with_lora(model, settings: dict):
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=settings["r"], lora_alpha=settings["lora_alpha"],
+                                            lora_dropout=settings["lora_dropout"],
+                                            target_modules=list(settings["target_modules"])))
+
+
+def _course_lora(settings: dict) -> None:
+    """The exercise's LoRA: rank 8 on query and value (the scaling alpha / r is the student's choice)."""
+    if settings["r"] != LORA_RANK or sorted(settings["target_modules"]) != sorted(LORA_TARGETS):
+        raise EvidenceMissing(f"LoRA should be rank {LORA_RANK} on {list(LORA_TARGETS)}, found rank "
+                              f"{settings['r']} on {settings['target_modules']}")
+
+
+@dataclass
+class Reference:
+    """What the grader builds for a profile: the exercise's dev set and the pretrained encoder."""
+
+    profile: object
+    tokenizer: object
+    dev_set: object
+    pretrained: dict  # canonical name -> digest, the pretrained encoder's parameters
+    num_labels: int
+
+    def model(self, regime: str, lora: dict | None = None):
+        from .. import models
+        from ..heads import SentenceClassifier, TaskModel, set_regime
+
+        torch.manual_seed(0)
+        encoder = models.load_encoder(self.profile, add_pooling_layer=False)
+        if regime == "lora":
+            encoder = with_lora(encoder, lora)
+        model = TaskModel(encoder, SentenceClassifier(encoder.config.hidden_size, num_labels=self.num_labels))
+        if regime != "lora":
+            set_regime(model, regime)
+        return model
+
+
+_references: dict = {}
+_lock = threading.Lock()
+
+
+def reference(profile) -> Reference:
+    """The grader's ``Reference`` for ``profile`` (built once per profile and process)."""
+    from .. import data, models
+    from ..session import quiet_libraries
+    from .evidence import digests
+
+    quiet_libraries()
+    with _lock:
+        if profile.name in _references and _references[profile.name].profile == profile:
+            return _references[profile.name]
+        sst2 = data.load_sst2(profile.with_(train_sizes={"sst2": profile.exercise_train_size},
+                                            eval_sizes={"sst2": profile.exercise_eval_size}))
+        num_labels = sst2["train"].features["label"].num_classes
+        tokenizer = models.load_tokenizer(profile=profile)
+        dev = sst2["validation"].map(lambda b: tokenizer(b["sentence"], truncation=True, max_length=profile.max_length),
+                                     batched=True, remove_columns=["sentence"]).rename_column("label", "labels")
+        encoder = models.load_encoder(profile, add_pooling_layer=False)
+        pretrained = {canonical("encoder." + n): d for n, d in digests(encoder).items()}
+        found = Reference(profile, tokenizer, dev, pretrained, num_labels)
+        _references[profile.name] = found
+        return found
+
+
+def _reference_listing(model) -> dict:
+    return {canonical(n): (tuple(p.shape), bool(p.requires_grad)) for n, p in model.named_parameters()}
+
+
+def _same_model(found: dict, expected: dict, regime: str) -> None:
+    """The recorded model has the reference's parameters, and trains exactly the ones it trains."""
+    missing, extra = set(expected) - set(found), set(found) - set(expected)
+    if missing or extra:
+        raise EvidenceMissing(f"the {regime!r} model is not the course's (pretrained encoder + SentenceClassifier"
+                              f"{' + LoRA' if regime == 'lora' else ''}): "
+                              + "; ".join(part for part in (f"missing {_few(missing)}" if missing else "",
+                                                            f"unexpected {_few(extra)}" if extra else "") if part))
+    shapes = [n for n in expected if found[n][0] != expected[n][0]]
+    if shapes:
+        raise EvidenceMissing(f"the {regime!r} model's shapes differ from the course's: {_few(shapes)}")
+    should, does = {n for n, (_, t) in expected.items() if t}, {n for n, (_, t) in found.items() if t}
+    if should != does:
+        wrong = does - should
+        raise EvidenceMissing(f"the {regime!r} regime trains the wrong parameters: "
+                              + (f"{len(wrong)} train that should be frozen ({_few(wrong)})" if wrong else
+                                 f"{len(should - does)} are frozen that should train ({_few(should - does)})"))
+
+
+def trainable_count(model) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# ----------------------------------------------------------------------------- the verdicts
+
+
+def lora_on_bert_base(record) -> str:
+    """Part 1: the LoRA count on bert-base, recomputed from the configuration ``add_lora`` used."""
+    from .checks import bert_base_architecture, lora_parameter_count
+
+    if not isinstance(record, dict):
+        raise EvidenceMissing("nothing was recorded for add_lora")
+    raised(record, "add_lora(encoder)")
+    settings = lora_settings(record.get("config"))
+    _course_lora(settings)
+    model = with_lora(bert_base_architecture(), settings)
+    lora = lora_parameter_count(model)
+    total = sum(p.numel() for p in model.parameters())
+    trainable = trainable_count(model)
+    expected = _reference_listing(model)
+    found = _listing(record.get("parameters"))
+    if found != expected:
+        differ = {n for n in set(found) | set(expected) if found.get(n) != expected.get(n)}
+        raise EvidenceMissing(f"the model add_lora returned is not what its LoRA configuration gives "
+                              f"({len(differ)} parameters differ, e.g. {_few(differ)})")
+    percent = 100 * trainable / total
+    if lora != BERT_BASE_LORA_PARAMETERS or trainable != lora or round(percent, 2) != BERT_BASE_LORA_PERCENT:
+        raise EvidenceMissing(f"LoRA on bert-base: expected {BERT_BASE_LORA_PARAMETERS:,} LoRA parameters, all of "
+                              f"the trainable ones ({BERT_BASE_LORA_PERCENT}%), found {lora:,} LoRA, {trainable:,} "
+                              f"trainable ({percent:.3f}%)")
+    return f"recomputed: {lora:,} LoRA parameters of {total:,} ({percent:.2f}%)"
+
+
+def regime_model(record, regime: str, ref: Reference) -> str:
+    """Part 2: ``build_model(regime)`` is the course's model for the regime, training what it should."""
+    if not isinstance(record, dict):
+        raise EvidenceMissing(f"nothing was recorded for build_model({regime!r})")
+    raised(record, f"build_model({regime!r})")
+    lora = None
+    if regime == "lora":
+        lora = lora_settings(record.get("lora"))
+        _course_lora(lora)
+    model = ref.model(regime, lora)
+    _same_model(_listing(record.get("parameters")), _reference_listing(model), regime)
+    return f"{regime}: {trainable_count(model):,} trainable"
+
+
+def trained_model(record, regime: str, what: str, folder: Path, ref: Reference):
+    """The model a run trained, rebuilt from the course's code with the run's changed weights loaded,
+    after checking that it is the regime's model, that every parameter the regime trains changed and
+    that every other one is the pretrained one. Returns (model, trainable count)."""
+    if not isinstance(record, dict):
+        raise EvidenceMissing(f"nothing was recorded for {what}")
+    raised(record, what)
+    if not record.get("models_built"):
+        raise EvidenceMissing(f"{what} did not build its model with build_model, so the grader cannot see what "
+                              "it trained")
+    lora = None
+    if regime == "lora":
+        lora = lora_settings(record.get("lora"))
+        _course_lora(lora)
+    model = ref.model(regime, lora)
+    expected = _reference_listing(model)
+    _same_model(_listing(record.get("parameters")), expected, regime)
+    trains = {n for n, (_, t) in expected.items() if t}
+    changed = {canonical(n) for n in record.get("changed", []) if isinstance(n, str)}
+    moved_frozen = changed - trains
+    if moved_frozen:
+        raise EvidenceMissing(f"{what}: {len(moved_frozen)} parameters the {regime!r} regime freezes moved during "
+                              f"training ({_few(moved_frozen)})")
+    still = trains - changed
+    if still:
+        raise EvidenceMissing(f"{what}: {len(still)} of the {len(trains)} parameters that train never changed "
+                              f"({_few(still)}): was the model trained?")
+    digests = {canonical(n): d for n, d in (record.get("digests") or {}).items()}
+    for name in expected:
+        if name not in trains and (name not in ref.pretrained or digests.get(name) != ref.pretrained[name]):
+            raise EvidenceMissing(f"{what}: the frozen parameter {name} is not the pretrained one")
+    weights = {canonical(n): t for n, t in read_weights(folder, record.get("file")).items()}
+    if set(weights) != changed:
+        raise EvidenceMissing(f"{what}: the saved weights are not the parameters that changed")
+    params = {canonical(n): p for n, p in model.named_parameters()}
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            if tuple(tensor.shape) != tuple(params[name].shape) or tensor.dtype != params[name].dtype:
+                raise EvidenceMissing(f"{what}: the saved {name} has the wrong shape or type")
+            params[name].copy_(tensor)
+    return model, trainable_count(model)
+
+
+def rescore(model, ref: Reference) -> float:
+    """The model's accuracy on the grader's dev set, with the course's ``predict``."""
+    from ..training import accuracy, predict
+
+    logits, labels = predict(model, ref.dev_set, pad_token_id=ref.tokenizer.pad_token_id or 0)
+    return accuracy(logits, labels)["accuracy"]
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _positive(value, what: str, key: str, low: float = 0.0) -> None:
+    if not (_number(value) and math.isfinite(value) and value > low):
+        raise EvidenceMissing(f"{what} reports {key} = {value!r}: expected a positive number")
+
+
+def run(record, regime: str, seed: int, folder: Path, ref: Reference) -> dict:
+    """Part 4 (and the seed study): one ``run_regime`` run, verified and re-scored. Returns the grader's figures."""
+    what = f"run_regime({regime!r}, {seed})"
+    if isinstance(record, dict):
+        raised(record, what)
+    result = record.get("result") if isinstance(record, dict) else None
+    missing = [key for key in RESULT_KEYS if not isinstance(result, dict) or key not in result]
+    if isinstance(record, dict) and missing:
+        raise EvidenceMissing(f"{what} returned no {', '.join(repr(k) for k in missing)}")
+    if isinstance(record, dict) and result["regime"] != regime:
+        raise EvidenceMissing(f"{what} says its regime is {result['regime']!r}")
+    model, count = trained_model(record, regime, what, folder, ref)
+    rescored = rescore(model, ref)
+    reported = result["accuracy"]
+    if not _number(reported) or not math.isfinite(reported) or \
+            abs(reported - rescored) > 1 / len(ref.dev_set) + 1e-9:
+        raise EvidenceMissing(f"{what} reports accuracy {reported!r}, but the model it trained scores {rescored:.4f} "
+                              "on the dev set (scored on another split, or not this model?)")
+    if result["trainable"] != count:
+        raise EvidenceMissing(f"{what} reports {result['trainable']!r} trainable parameters; the {regime!r} model "
+                              f"has {count:,}")
+    _positive(result["seconds_per_epoch"], what, "seconds_per_epoch")
+    _positive(result["peak_mib"], what, "peak_mib", -1e-9)
+    return {"regime": regime, "seed": seed, "accuracy": rescored, "trainable": count}
+
+
+def loop(record, regime: str, folder: Path, ref: Reference) -> str:
+    """Part 3: the student's ``train_loop`` trained what the regime trains, and nothing else."""
+    what = f"train_loop(build_model({regime!r}), ...)"
+    model, count = trained_model(record, regime, what, folder, ref)
+    _positive((record.get("result") or {}).get("seconds_per_epoch"), what, "seconds per epoch")
+    return f"{regime}: {count:,} parameters trained, re-scored {rescore(model, ref):.4f}"
+
+
+def summary(records, examples) -> str:
+    """Part 5: ``summarize`` gives the mean, the sample standard deviation and the range."""
+    if not isinstance(records, list) or len(records) != len(examples):
+        raise EvidenceMissing("summarize was not run on the grader's examples")
+    for record, values in zip(records, examples):
+        if not isinstance(record, dict) or record.get("values") != list(values):
+            raise EvidenceMissing("summarize's record does not match the grader's examples")
+        raised(record, f"summarize({values})")
+        found = record.get("summary") or {}
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+        for key, value in {"mean": mean, "std": std, "range": max(values) - min(values)}.items():
+            got = found.get(key)
+            if not (_number(got) and math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-9)):
+                raise EvidenceMissing(f"summarize({values})[{key!r}]: expected {value:.6f}, found {got!r}"
+                                      + (" (std is the sample standard deviation: divide by n - 1)"
+                                         if key == "std" else ""))
+    return f"summarize: right on {len(examples)} examples"

@@ -1,0 +1,232 @@
+"""Submissions that try to earn marks without doing the work, graded as a class (smoke profile,
+sandboxed). The verdicts are computed in the grader's own process from the data the evidence
+kernel wrote (``ftcourse.course.verdicts``), so none of these may pass a part it faked.
+
+Four classes of mechanism, each with cases written independently of one another:
+
+1. hiding an exception from the kernel's error messages (a custom exception handler, a traceback
+   renderer that raises, an exception group printed as text);
+2. disabling or replacing the in-kernel guard (its ``run``, its ``changes``, the runner's name);
+3. code that runs at definition time (a decorator, a metaclass, a class body, a default value)
+   rewriting what the checks or the evidence rely on, up to forging the evidence files;
+4. typed-in or wrong figures: results without a trained model, an untrained model, a model scored on
+   the training set, a frozen encoder that moved, a result with a key missing.
+"""
+
+import os
+
+import nbformat
+import pytest
+
+from ftcourse.course import exercise, grading, sandbox
+
+SOLUTION = exercise.SOLUTIONS_DIR / "05_exercise_bert_base.ipynb"
+STUDENT = exercise.student_path(SOLUTION)
+NAME = "05_exercise_bert_base.ipynb"
+ENV = {"FTCOURSE_PROFILE": "smoke"}
+ANSWERS = ("add_lora", "build_model", "train_loop", "run_regime", "summarize")
+
+TYPED_RUN = """\
+def run_regime(regime, seed=0, **changes):
+    return {"regime": regime, "seed": seed, "accuracy": 0.91, "seconds_per_epoch": 2.0,
+            "trainable": {"frozen": 770, "finetune": 22566146, "lora": 74498}[regime], "peak_mib": 300.0}"""
+TYPED_SUMMARY = """\
+def summarize(accuracies):
+    return {"mean": 0.83, "std": 0.05, "range": 0.12}"""
+
+# Each case: answer name -> its source (answers not named stay stubs, or take the solution's with "solution").
+CASES = {
+    # 1. Hiding an exception.
+    "custom_exception_handler": {
+        "add_lora": "def add_lora(encoder, _=get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)):\n"
+                    "    raise NotImplementedError()",
+        "run_regime": TYPED_RUN, "summarize": TYPED_SUMMARY},
+    "traceback_renderer_raises": {
+        "add_lora": "class Quiet(Exception):\n    def _render_traceback_(self):\n        raise RuntimeError('none')\n\n\n"
+                    "def add_lora(encoder):\n    raise Quiet()",
+        "build_model": "def build_model(regime, seed=0):\n    raise Quiet()",
+        "summarize": "def summarize(accuracies):\n    raise Quiet()"},
+    "exception_group_printed_as_text": {
+        "run_regime": "def run_regime(regime, seed=0, **changes):\n    import traceback\n    try:\n"
+                      "        raise ExceptionGroup('stub', [NotImplementedError()])\n"
+                      "    except ExceptionGroup as group:\n        traceback.print_exception(group)\n"
+                      "    return {'regime': regime, 'seed': seed, 'accuracy': 0.9, 'seconds_per_epoch': 1.0,\n"
+                      "            'trainable': 770, 'peak_mib': 1.0}"},
+    # 2. The guard.
+    "guard_run_replaced": {
+        "add_lora": "import ftcourse.course.guard as _guard\n\n\n"
+                    "def add_lora(encoder, _=setattr(_guard.Guard, 'run', lambda self, code, protect=True: "
+                    "exec(code, self._namespace))):\n    return encoder",
+        "run_regime": TYPED_RUN, "summarize": TYPED_SUMMARY},
+    "guard_blinded": {
+        "summarize": "import ftcourse.course.guard as _g\n_g.Guard.changes = lambda self: []\n\n\n"
+                     "def summarize(accuracies, _=setattr(_g.Guard, 'changes', lambda self: [])):\n"
+                     "    return {'mean': 0.8, 'std': 0.0, 'range': 0.0}",
+        "run_regime": TYPED_RUN},
+    "guard_runner_renamed": {
+        "add_lora": "def __ftcourse_run__(code):\n    exec(code, globals())\n\n\n"
+                    "def add_lora(encoder):\n    return encoder",
+        "run_regime": TYPED_RUN, "summarize": TYPED_SUMMARY},
+    # 3. Definition-time code.
+    "decorator_rigs_isclose": {
+        "summarize": "import math\n\n\ndef _rig(function):\n    math.isclose = lambda *a, **k: True\n    return function\n\n\n"
+                     "@_rig\ndef summarize(accuracies):\n    return {'mean': 0.0, 'std': 0.0, 'range': 0.0}"},
+    "metaclass_rewrites_the_checks": {
+        "add_lora": "import ftcourse.course.checks as _c\n\n\nclass _Meta(type):\n"
+                    "    def __new__(mcs, name, bases, namespace):\n        _c.BERT_BASE_LORA_PARAMETERS = 0\n"
+                    "        _c.check_lora_on_bert_base = lambda f: {'lora': 294912, 'total': 1, 'percent': 0.27}\n"
+                    "        return super().__new__(mcs, name, bases, namespace)\n\n\n"
+                    "class _Rigged(metaclass=_Meta):\n    pass\n\n\ndef add_lora(encoder):\n    return encoder"},
+    "class_body_forges_the_evidence_past_a_blind_guard": {
+        "add_lora": """\
+import ftcourse.course.evidence as _e
+import ftcourse.course.guard as _g
+
+
+class _Forge:
+    _g.Guard.changes = lambda self: []  # the guard sees nothing from here on
+
+    def _lora(add_lora):
+        from ftcourse.course.checks import bert_base_architecture
+        config = {"r": 8, "lora_alpha": 8, "lora_dropout": 0.1, "target_modules": ["query", "value"], "bias": "none"}
+        _e._write_json("lora.json", {"config": config, "parameters": _e.parameters(bert_base_architecture())})
+
+    def _runs(namespace, regimes, seeds, file):
+        _e._write_json(file, [{"regime": r, "seed": s, "models_built": 1, "changed": [], "digests": {}, "parameters": [],
+                               "file": "none.safetensors",
+                               "result": {"regime": r, "seed": s, "accuracy": 0.9, "seconds_per_epoch": 1.0,
+                                          "trainable": 770.0, "peak_mib": 1.0}} for r in regimes for s in seeds])
+
+    _e.record_lora, _e.record_runs = _lora, _runs
+
+
+def add_lora(encoder):
+    return encoder""", "summarize": TYPED_SUMMARY},
+    # 4. Figures that are typed in or wrong (add_lora, build_model and summarize solved where named).
+    "typed_in_results": {"run_regime": TYPED_RUN, "summarize": TYPED_SUMMARY},
+    "untrained_model": {
+        "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
+        "run_regime": "def run_regime(regime, seed=0, **changes):\n    model = build_model(regime, seed)\n"
+                      "    logits, labels = predict(model, dev_set, pad_token_id=tokenizer.pad_token_id)\n"
+                      "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
+                      "            'seconds_per_epoch': 1.0, 'trainable': count_parameters(model)['trainable'], 'peak_mib': 1.0}"},
+    "scored_on_the_training_set": {
+        "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
+        "run_regime": "def run_regime(regime, seed=0, **changes):\n    model = build_model(regime, seed)\n"
+                      "    history = train(model, train_set, train_config(regime, seed, epochs=4, **changes),\n"
+                      "                    pad_token_id=tokenizer.pad_token_id)\n"
+                      "    logits, labels = predict(model, train_set, pad_token_id=tokenizer.pad_token_id)\n"
+                      "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
+                      "            'seconds_per_epoch': history.seconds_per_epoch,\n"
+                      "            'trainable': count_parameters(model)['trainable'], 'peak_mib': 1.0}"},
+    "frozen_encoder_moved": {
+        "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
+        "run_regime": "def run_regime(regime, seed=0, **changes):\n    model = build_model(regime, seed)\n"
+                      "    trainable = count_parameters(model)['trainable']\n"
+                      "    set_regime(model, 'finetune') if regime == 'frozen' else None  # the encoder trains too\n"
+                      "    history = train(model, train_set, train_config(regime, seed, **changes),\n"
+                      "                    pad_token_id=tokenizer.pad_token_id)\n"
+                      "    set_regime(model, 'frozen') if regime == 'frozen' else None  # and looks frozen again\n"
+                      "    logits, labels = predict(model, dev_set, pad_token_id=tokenizer.pad_token_id)\n"
+                      "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
+                      "            'seconds_per_epoch': history.seconds_per_epoch, 'trainable': trainable, 'peak_mib': 1.0}"},
+    "a_result_key_missing": {
+        "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
+        "run_regime": "solution:no peak_mib"},
+    # The course's own helpers, imported under the exercise's names: sent for review, not passed.
+    "add_lora_imported_from_the_course": {
+        "add_lora": "from ftcourse.lora import add_lora", "build_model": "solution", "train_loop": "solution",
+        "run_regime": "solution", "summarize": "solution"},
+    "loop_calls_the_course_train": {
+        "add_lora": "solution", "build_model": "solution", "run_regime": "solution", "summarize": "solution",
+        "train_loop": "def train_loop(model, data, lr, epochs, seed=0):\n"
+                      "    config = TrainConfig(lr=lr, epochs=epochs, batch_size=profile.batch_size, seed=seed, progress=False)\n"
+                      "    return train(model, data, config, pad_token_id=tokenizer.pad_token_id).seconds_per_epoch"},
+}
+#: The parts a case really does (with the solution's code); every other part must not pass.
+HONEST = {case: {"1 lora", "2 regimes", "3 loop", "5 seeds"}
+          for case in ("untrained_model", "scored_on_the_training_set", "frozen_encoder_moved")}
+# Its runs return no peak_mib, so the notebook's own seed-study cell fails too (part 4 with it).
+HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
+#: The part each import case must send for review.
+IMPORTED = {"add_lora_imported_from_the_course": "1 lora", "loop_calls_the_course_train": "3 loop"}
+for _case, _part in IMPORTED.items():
+    HONEST[_case] = {"1 lora", "2 regimes", "3 loop", "4 measure", "5 seeds"} - {_part}
+#: What the verdict of part 4 says, for the cases of class 4 that get that far.
+PART_4_SAYS = {
+    "typed_in_results": "did not build its model with build_model",
+    "untrained_model": "never changed",
+    "scored_on_the_training_set": "scores",
+    "frozen_encoder_moved": "freezes moved during training",
+    "a_result_key_missing": "returned no 'peak_mib'",
+}
+
+
+def solved(name: str) -> str:
+    nb = nbformat.read(SOLUTION, as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and f"def {name}(" in c.source)
+    return "\n".join(line for line in source.splitlines() if "### " not in line)
+
+
+def notebook(answers: dict):
+    nb = nbformat.read(STUDENT, as_version=4)
+    for name, source in answers.items():
+        if source.startswith("solution"):
+            code = solved(name)
+            if source == "solution:no peak_mib":
+                code = code.replace('"peak_mib": peak["bytes"] / 2**20,', "")
+                assert "peak_mib" not in code
+            source = code
+        cell = next(c for c in nb.cells if c.cell_type == "code" and f"def {name}(" in c.source)
+        cell.source = source
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    if sandbox.bwrap() is None:
+        message = "bubblewrap (bwrap) is not installed: run `make system-packages`"
+        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
+    folder = tmp_path_factory.mktemp("tricks")
+    for case, answers in CASES.items():
+        (folder / case).mkdir()
+        nbformat.write(notebook(answers), folder / case / NAME)
+    results = grading.grade_folder(folder, tmp_path_factory.mktemp("book") / "gradebook", workers=2, timeout=240,
+                                   env=ENV, progress=False)
+    print("\n".join(f"{r.student}: {r.status}, {r.seconds:.0f} s, {r.marks()}" for r in results))
+    return {r.student: r for r in results}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_faked_part_passes(graded, case):
+    result = graded[case]
+    honest = set(HONEST.get(case, {}))
+    faked = {part: mark for part, mark in result.marks().items() if part not in honest}
+    assert set(faked.values()) <= {"FAIL", "REVIEW"}, grading.details(result)
+    assert len(result.marks()) == 5, grading.details(result)
+    for part in honest:  # the solution's code still passes where the case used it
+        assert result.marks()[part] == "PASS", grading.details(result)
+
+
+@pytest.mark.parametrize("case", PART_4_SAYS)
+def test_the_measure_verdict_says_what_was_wrong(graded, case):
+    result = graded[case]
+    said = [c.message for c in result.checks if c.part == "4 measure" and not c.passed]
+    assert any(PART_4_SAYS[case] in message for message in said), grading.details(result)
+
+
+@pytest.mark.parametrize("case", IMPORTED)
+def test_the_course_helper_under_the_exercise_name_is_sent_for_review(graded, case):
+    result = graded[case]
+    assert result.marks()[IMPORTED[case]] == "REVIEW" and result.status == grading.REVIEW, grading.details(result)
+    assert any("the course's own helper" in c.message for c in result.checks if c.review), grading.details(result)
+
+
+def test_a_guard_the_submission_blinded_changes_nothing(graded):
+    """The forged evidence went past a guard that saw nothing: the verdicts, recomputed, still fail it."""
+    result = graded["class_body_forges_the_evidence_past_a_blind_guard"]
+    assert result.marks() == {"1 lora": "FAIL", "2 regimes": "FAIL", "3 loop": "FAIL", "4 measure": "FAIL",
+                              "5 seeds": "FAIL"}, \
+        grading.details(result)
+    lora = next(c.message for c in result.checks if c.part == "1 lora")
+    assert "not what its LoRA configuration gives" in lora, grading.details(result)
