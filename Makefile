@@ -58,8 +58,8 @@ TEST_THREADS = $(shell t=$$(( $(CORES) / $(TEST_JOBS) )); [ $$t -lt 1 ] && t=1; 
 # their number of tests, which sent lesson 3b (23 minutes, 18 cells) out 55 minutes into a run.
 PARALLEL   = -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 # The slowest test files (a notebook each under the paper-smoke profile; a class of hostile
-# submissions), started first beside the heaviest notebooks; pytest collects each file once.
-HEAVY_TESTS := tests/test_paper_profile.py tests/test_grading_hostile.py
+# submissions each), started first beside the heaviest notebooks; pytest collects each file once.
+HEAVY_TESTS := tests/test_paper_profile.py tests/test_grading_verdicts.py tests/test_grading_hostile.py
 THREADS    = OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS)
 
 test-package: install

@@ -1,6 +1,6 @@
 """``python -m bench [names...]``: run the benchmarks and print one table.
 
-Names: loop, throughput, precision, levers, readout, course (default: all), and paper_cpu (only by name: each
+Names: loop, throughput, precision, levers, readout, grading, course (default: all), and paper_cpu (only by name: each
 lesson with bert-base at the offline profile's sizes, hours on a CPU; its own options follow
 it, see ``python -m bench paper_cpu --help``). ``--update-readme`` writes the table, with the
 machine it came from, into bench/README.md.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import common
 
-NAMES = ("loop", "throughput", "precision", "levers", "readout", "course")
+NAMES = ("loop", "throughput", "precision", "levers", "readout", "grading", "course")
 ON_REQUEST = ("paper_cpu",)  # never part of "all": it takes hours on a CPU
 README = Path(__file__).with_name("README.md")
 READOUT_SPEED = Path(__file__).with_name("readout_speed.py")
@@ -103,6 +103,10 @@ def main(argv=None) -> int:
             print(f"\n== {READOUT_SPEED.name} ==", flush=True)
             threads = ["--threads", str(args.threads)] if args.threads else []
             subprocess.run([sys.executable, "-m", f"bench.{READOUT_SPEED.stem}", *threads], check=False)
+    if "grading" in names:
+        from . import grading
+
+        rows += grading.main([])
     if "course" in names:
         from . import course
 

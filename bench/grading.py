@@ -7,8 +7,9 @@ that moved) with ``grading.grade_folder``, sandboxed, under a profile (``grading
 times a second. It then checks that the grading told them apart: the solution passes every part,
 each broken variant fails the part it broke, and the untouched copy passes nothing.
 
-``python -m bench grading [--workers 2] [--profile grading] [--copies 1]``; ``--copies`` grades each
-notebook that many times (as different students), for a bigger class.
+``python -m bench grading`` (2 workers, the grading profile), or ``python -m bench.grading [--workers 2]
+[--profile grading] [--copies 1]``: ``--copies`` grades each notebook that many times (as different
+students), for a bigger class.
 """
 
 from __future__ import annotations
@@ -143,4 +144,5 @@ def main(argv=None) -> list[Row]:
 if __name__ == "__main__":
     from .common import quiet
 
+    quiet()
     main()

@@ -262,17 +262,6 @@ def test_links_to_a_device_a_secret_and_the_solution_are_refused_unread(graded):
         assert_nothing_passes(result)
 
 
-def test_an_infinite_loop_times_out(tmp_path):
-    if sandbox.bwrap() is None:
-        pytest.skip("bwrap missing (the class fixture says so)")
-    path = tmp_path / NAME
-    nbformat.write(insert(student(), 1, "while True:\n    pass"), path)
-    result = grading.grade(path, timeout=30, env=ENV)
-    assert result.status == "timeout" and result.failing_cell.cell == 2, grading.details(result)
-    assert_nothing_passes(result)
-    assert result.seconds < 120
-
-
 def test_the_gradebook_has_a_row_per_student_and_a_rerun_skips_graded_ones(graded, monkeypatch, capsys):
     rows = list(csv.DictReader(graded["gradebook"].with_suffix(".csv").open()))
     assert [r["student"] for r in rows] == sorted(graded["rows"])

@@ -6,8 +6,8 @@ Four classes of mechanism, each with cases written independently of one another:
 
 1. hiding an exception from the kernel's error messages (a custom exception handler, a traceback
    renderer that raises, an exception group printed as text);
-2. disabling or replacing the in-kernel guard (its ``run``, its ``changes``, the runner's name);
-3. code that runs at definition time (a decorator, a metaclass, a class body, a default value)
+2. disabling the in-kernel guard (its ``changes``, the runner's name);
+3. code that runs at definition time (a decorator, a class body, a default value)
    rewriting what the checks or the evidence rely on, up to forging the evidence files;
 4. typed-in or wrong figures: results without a trained model, an untrained model, a model scored on
    the training set, a frozen encoder that moved, a result with a key missing.
@@ -53,11 +53,6 @@ CASES = {
                       "    return {'regime': regime, 'seed': seed, 'accuracy': 0.9, 'seconds_per_epoch': 1.0,\n"
                       "            'trainable': 770, 'peak_mib': 1.0}"},
     # 2. The guard.
-    "guard_run_replaced": {
-        "add_lora": "import ftcourse.course.guard as _guard\n\n\n"
-                    "def add_lora(encoder, _=setattr(_guard.Guard, 'run', lambda self, code, protect=True: "
-                    "exec(code, self._namespace))):\n    return encoder",
-        "run_regime": TYPED_RUN, "summarize": TYPED_SUMMARY},
     "guard_blinded": {
         "summarize": "import ftcourse.course.guard as _g\n_g.Guard.changes = lambda self: []\n\n\n"
                      "def summarize(accuracies, _=setattr(_g.Guard, 'changes', lambda self: [])):\n"
@@ -71,12 +66,6 @@ CASES = {
     "decorator_rigs_isclose": {
         "summarize": "import math\n\n\ndef _rig(function):\n    math.isclose = lambda *a, **k: True\n    return function\n\n\n"
                      "@_rig\ndef summarize(accuracies):\n    return {'mean': 0.0, 'std': 0.0, 'range': 0.0}"},
-    "metaclass_rewrites_the_checks": {
-        "add_lora": "import ftcourse.course.checks as _c\n\n\nclass _Meta(type):\n"
-                    "    def __new__(mcs, name, bases, namespace):\n        _c.BERT_BASE_LORA_PARAMETERS = 0\n"
-                    "        _c.check_lora_on_bert_base = lambda f: {'lora': 294912, 'total': 1, 'percent': 0.27}\n"
-                    "        return super().__new__(mcs, name, bases, namespace)\n\n\n"
-                    "class _Rigged(metaclass=_Meta):\n    pass\n\n\ndef add_lora(encoder):\n    return encoder"},
     "class_body_forges_the_evidence_past_a_blind_guard": {
         "add_lora": """\
 import ftcourse.course.evidence as _e
@@ -134,11 +123,9 @@ def add_lora(encoder):
         "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
         "run_regime": "solution:no peak_mib"},
     # The course's own helpers, imported under the exercise's names: sent for review, not passed.
-    "add_lora_imported_from_the_course": {
-        "add_lora": "from ftcourse.lora import add_lora", "build_model": "solution", "train_loop": "solution",
-        "run_regime": "solution", "summarize": "solution"},
-    "loop_calls_the_course_train": {
-        "add_lora": "solution", "build_model": "solution", "run_regime": "solution", "summarize": "solution",
+    "course_helpers_imported": {
+        "add_lora": "from ftcourse.lora import add_lora", "build_model": "solution", "run_regime": "solution",
+        "summarize": "solution",
         "train_loop": "def train_loop(model, data, lr, epochs, seed=0):\n"
                       "    config = TrainConfig(lr=lr, epochs=epochs, batch_size=profile.batch_size, seed=seed, progress=False)\n"
                       "    return train(model, data, config, pad_token_id=tokenizer.pad_token_id).seconds_per_epoch"},
@@ -148,10 +135,9 @@ HONEST = {case: {"1 lora", "2 regimes", "3 loop", "5 seeds"}
           for case in ("untrained_model", "scored_on_the_training_set", "frozen_encoder_moved")}
 # Its runs return no peak_mib, so the notebook's own seed-study cell fails too (part 4 with it).
 HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
-#: The part each import case must send for review.
-IMPORTED = {"add_lora_imported_from_the_course": "1 lora", "loop_calls_the_course_train": "3 loop"}
-for _case, _part in IMPORTED.items():
-    HONEST[_case] = {"1 lora", "2 regimes", "3 loop", "4 measure", "5 seeds"} - {_part}
+#: The parts the import case must send for review: the course's add_lora, the course's train inside train_loop.
+IMPORTED = {"course_helpers_imported": {"1 lora", "3 loop"}}
+HONEST["course_helpers_imported"] = {"2 regimes", "4 measure", "5 seeds"}
 #: What the verdict of part 4 says, for the cases of class 4 that get that far.
 PART_4_SAYS = {
     "typed_in_results": "did not build its model with build_model",
@@ -218,7 +204,8 @@ def test_the_measure_verdict_says_what_was_wrong(graded, case):
 @pytest.mark.parametrize("case", IMPORTED)
 def test_the_course_helper_under_the_exercise_name_is_sent_for_review(graded, case):
     result = graded[case]
-    assert result.marks()[IMPORTED[case]] == "REVIEW" and result.status == grading.REVIEW, grading.details(result)
+    assert {p for p, m in result.marks().items() if m == "REVIEW"} == IMPORTED[case], grading.details(result)
+    assert result.status == grading.REVIEW
     assert any("the course's own helper" in c.message for c in result.checks if c.review), grading.details(result)
 
 
