@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from .common import Row
+from .course import tree_rss
 
 TARGET_SUBMISSION_SECONDS = 3 * 60  # issue 25: one submission on one core
 TARGET_CLASS_SECONDS = 60 * 60  # a class of 30 on 2 cores
@@ -100,13 +101,7 @@ def main(argv=None) -> list[Row]:
 
         def sample():
             while not done.wait(0.25):
-                total = 0
-                for p in [me, *me.children(recursive=True)]:
-                    try:
-                        total += p.memory_info().rss
-                    except (psutil.NoSuchProcess, psutil.AccessDenied):
-                        pass
-                peak[0] = max(peak[0], total)
+                peak[0] = max(peak[0], tree_rss(me))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()

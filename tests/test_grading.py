@@ -4,24 +4,15 @@ their cell, a part whose own cell raised fails, and nothing crashes the grader. 
 hostile submissions: tests/test_grading_hostile.py, tests/test_grading_verdicts.py.)"""
 
 import json
-import os
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from ftcourse.course import cli, grading, sandbox
+from ftcourse.course import cli, grading
 
 SCAFFOLD = "import os\nfrom ftcourse import checks"
 STUB = "def {name}():\n    # YOUR CODE HERE\n    raise NotImplementedError()"
-
-
-@pytest.fixture
-def bwrap():
-    """The tests that grade need the sandbox: skipped without bwrap, failed under CI=true."""
-    if sandbox.bwrap() is None:
-        message = "bubblewrap (bwrap) is not installed: run `make system-packages`"
-        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
 
 
 @pytest.fixture

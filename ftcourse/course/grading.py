@@ -67,7 +67,6 @@ import os
 import queue
 import re
 import secrets
-import stat
 import sys
 import tempfile
 import threading
@@ -205,32 +204,35 @@ def judge_bert_base(folder: Path, profile) -> list:
             raise value
         return value
 
-    def run(records, regime, seed):
-        ref = verdicts.reference(profile)
+    def pick(records, regime, seed=None):
+        """The record of ``regime`` (and ``seed``) in a loaded file: a dict by regime, or a list of records."""
         records = given(records)
-        record = next((r for r in records if isinstance(r, dict) and r.get("regime") == regime
-                       and r.get("seed") == seed), None) if isinstance(records, list) else None
-        return verdicts.run(record, regime, seed, folder, ref)
+        if isinstance(records, dict):
+            return records.get(regime)
+        if not isinstance(records, list):
+            return None
+        return next((r for r in records if isinstance(r, dict) and r.get("regime") == regime
+                     and (seed is None or r.get("seed") == seed)), None)
 
-    lora, regimes, loop, results, stability = (loaded(n) for n in ("lora.json", "regimes.json", "loop.json",
-                                                                    "results.json", "stability.json"))
-    summary = loaded("summary.json")
+    def rescored(records, regime, seed):
+        return "rescored {accuracy:.4f}".format(**verdicts.run(pick(records, regime, seed), regime, seed, folder,
+                                                               verdicts.reference(profile)))
+
+    lora, regimes, loop, results, stability, summary = (loaded(f"{n}.json") for n in (
+        "lora", "regimes", "loop", "results", "stability", "summary"))
     check("1 lora", False, lambda: verdicts.lora_on_bert_base(given(lora)))
     for regime in REGIMES:
-        check("2 regimes", False, lambda regime=regime: verdicts.regime_model(
-            (given(regimes) or {}).get(regime) if isinstance(given(regimes), dict) else None, regime,
-            verdicts.reference(profile)))
+        check("2 regimes", False, lambda regime=regime: verdicts.regime_model(pick(regimes, regime), regime,
+                                                                             verdicts.reference(profile)))
     for regime in LOOP_REGIMES:
-        check("3 loop", True, lambda regime=regime: verdicts.loop(
-            next((r for r in given(loop) if isinstance(r, dict) and r.get("regime") == regime), None)
-            if isinstance(given(loop), list) else None, regime, folder, verdicts.reference(profile)))
+        check("3 loop", True, lambda regime=regime: verdicts.loop(pick(loop, regime), regime, folder,
+                                                                  verdicts.reference(profile)))
     for regime in REGIMES:
-        check("4 measure", True, lambda regime=regime: "rescored {accuracy:.4f}".format(**run(results, regime, 0)))
+        check("4 measure", True, lambda regime=regime: rescored(results, regime, 0))
     check("5 seeds", False, lambda: verdicts.summary(given(summary), SUMMARY_EXAMPLES))
     for regime in REGIMES:
         for seed in (s for s in profile.stability_seeds if s != 0):
-            check("5 seeds", True, lambda regime=regime, seed=seed:
-                  "rescored {accuracy:.4f}".format(**run(stability, regime, seed)))
+            check("5 seeds", True, lambda regime=regime, seed=seed: rescored(stability, regime, seed))
     return found
 
 
@@ -380,43 +382,13 @@ class Refused(GradingError):
     """The submission is not something the grader reads: not a regular file, or too big."""
 
 
-_KINDS = ((stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"),
-          (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "special file")
-
-
 def read_submission(path, cap: int = MAX_NOTEBOOK_BYTES) -> bytes:
-    """The bytes of the submission at ``path``, or ``Refused``: only a regular file (checked
-    with ``os.lstat``; a symlink is never followed, even at open time) of at most ``cap`` bytes,
-    read through one descriptor and never more than ``cap + 1`` bytes."""
-    path = Path(path)
-    before = os.lstat(path)
-    if not stat.S_ISREG(before.st_mode):
-        raise Refused(f"{REFUSED}: not a regular file ({_kind(before.st_mode)})")
-    if before.st_size > cap:
-        raise Refused(f"{REFUSED}: {before.st_size:,} bytes, over the cap of {cap:,} bytes")
-    # O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO after the lstat neither
-    # gets followed nor blocks the grader; fstat then checks it is still the same regular file.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    """The bytes of the submission at ``path``, or ``Refused``: only a regular file of at most ``cap``
+    bytes, never following a link (``sandbox.read_untrusted``)."""
     try:
-        now = os.fstat(fd)
-        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
-            raise Refused(f"{REFUSED}: not a regular file (it changed while being opened)")
-        chunks, size = [], 0
-        while size <= cap:
-            chunk = os.read(fd, min(1 << 20, cap + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > cap:
-        raise Refused(f"{REFUSED}: over the cap of {cap:,} bytes")
-    return b"".join(chunks)
+        return sandbox.read_untrusted(path, cap)
+    except sandbox.NotReadable as refusal:
+        raise Refused(f"{REFUSED}: {refusal}") from None
 
 
 def sha256(path: Path) -> str:

@@ -36,6 +36,7 @@ import itertools
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -633,6 +634,46 @@ def _run_in(full: list[str], stdin: str, timeout: float, limits: Limits, child_e
     return SandboxRun(process.returncode, kept["stdout"].decode(errors="replace"),
                       kept["stderr"].decode(errors="replace"), time.monotonic() - start, timed_out,
                       flooded.is_set(), overfilled=overfilled)
+
+
+class NotReadable(ValueError):
+    """A file written by untrusted code that the grader will not read: not a regular file, or too big."""
+
+
+_KINDS = ((stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"),
+          (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "special file")
+
+
+def read_untrusted(path, cap: int) -> bytes:
+    """The bytes of a file untrusted code made or handed in, or ``NotReadable``: only a regular file
+    (checked with ``os.lstat``; a symlink is never followed, even at open time) of at most ``cap`` bytes,
+    read through one descriptor and never more than ``cap + 1`` bytes."""
+    path = Path(path)
+    before = os.lstat(path)
+    if not stat.S_ISREG(before.st_mode):
+        raise NotReadable(f"not a regular file ({_kind(before.st_mode)})")
+    if before.st_size > cap:
+        raise NotReadable(f"{before.st_size:,} bytes, over the cap of {cap:,} bytes")
+    # O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO after the lstat neither
+    # gets followed nor blocks the grader; fstat then checks it is still the same regular file.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+            raise NotReadable("not a regular file (it changed while being opened)")
+        chunks, size = [], 0
+        while size <= cap and (chunk := os.read(fd, min(1 << 20, cap + 1 - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > cap:
+        raise NotReadable(f"over the cap of {cap:,} bytes")
+    return b"".join(chunks)
 
 
 def check_works() -> None:

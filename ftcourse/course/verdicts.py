@@ -28,11 +28,8 @@ only required to be a sensible number.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import os
-import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,29 +64,16 @@ def raised(record, what: str) -> None:
 
 
 def _read(path: Path, cap: int) -> bytes:
-    """A regular file's bytes, never following a link, at most ``cap``."""
+    """A regular file's bytes, never following a link, at most ``cap`` (``sandbox.read_untrusted``, the
+    reader of submissions too), its refusals named as missing evidence."""
+    from .sandbox import NotReadable, read_untrusted
+
     try:
-        before = os.lstat(path)
+        return read_untrusted(path, cap)
     except FileNotFoundError:
         raise EvidenceMissing(f"no {path.name} was written") from None
-    if not stat.S_ISREG(before.st_mode):
-        raise EvidenceMissing(f"{path.name} is not a regular file")
-    if before.st_size > cap:
-        raise EvidenceMissing(f"{path.name} is {before.st_size:,} bytes, over the cap of {cap:,}")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        now = os.fstat(fd)
-        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
-            raise EvidenceMissing(f"{path.name} changed while being opened")
-        chunks, size = [], 0
-        while size <= cap and (chunk := os.read(fd, min(1 << 20, cap + 1 - size))):
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > cap:
-        raise EvidenceMissing(f"{path.name} is over the cap of {cap:,} bytes")
-    return b"".join(chunks)
+    except NotReadable as refusal:
+        raise EvidenceMissing(f"{path.name}: {refusal}") from None
 
 
 def read_json(folder: Path, name: str):
