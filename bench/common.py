@@ -33,6 +33,11 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", message="The course encoder is missing")
 
 
+#: The encoder's folder before ``pin_encoder`` copied it (None: not pinned). A sandboxed grading run
+#: has a private /tmp, where the copy is not visible, so ``grading`` hands its kernels this one.
+UNPINNED_ENCODER: str | None = None
+
+
 def pin_encoder() -> str:
     """Snapshot the offline encoder's folder and make the session's profile read the copy, so
     that every benchmark of a run uses the same weights even if the course encoder is
@@ -46,6 +51,8 @@ def pin_encoder() -> str:
     source = models.model_source("encoder")
     shown = models.describe()["encoder"]
     if models.is_local(source):
+        global UNPINNED_ENCODER
+        UNPINNED_ENCODER = source
         snapshot = Path(tempfile.mkdtemp(prefix="ftcourse-bench-encoder-"))
         shutil.copytree(source, snapshot, dirs_exist_ok=True)
         config.activate(dataclasses.replace(config.get_profile(), encoder=str(snapshot)))

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from . import common
 from .common import Row
 from .course import tree_rss
 
@@ -106,8 +107,11 @@ def main(argv=None) -> list[Row]:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         start = time.perf_counter()
+        env = {"FTCOURSE_PROFILE": args.profile}
+        if common.UNPINNED_ENCODER:  # the sandbox's /tmp is its own: it cannot see the pinned copy
+            env["FTCOURSE_ENCODER"] = common.UNPINNED_ENCODER
         results = grading.grade_folder(folder, Path(scratch) / "gradebook", workers=args.workers,
-                                       timeout=args.timeout, env={"FTCOURSE_PROFILE": args.profile}, progress=False)
+                                       timeout=args.timeout, env=env, progress=False)
         wall = time.perf_counter() - start
         done.set()
         sampler.join()
@@ -119,6 +123,8 @@ def main(argv=None) -> list[Row]:
         told_apart &= ok
         print(f"  {result.student:<20} {result.seconds:6.0f} s  {result.status:<8} {marks}"
               f"{'' if ok else '  <- NOT TOLD APART'}")
+        if result.status not in ("ok", grading.REVIEW):  # say why, so a broken run is not read as a verdict
+            print(f"    {result.status}: {result.failing_cell or (result.cell_errors or result.notes or [''])[0]}")
     seconds = [r.seconds for r in results]
     per = sum(seconds) / len(seconds)
     # Each worker is one sandbox at a time: a class's wall time is its submissions' total / workers.

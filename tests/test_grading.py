@@ -192,3 +192,15 @@ def test_the_answers_are_collected_escaped_into_a_review_page(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>" not in page
     assert page.count("not answered") == len(questions) - 1
     assert "alice" in (folder / "index.html").read_text()
+
+
+def test_concurrent_kernels_share_the_cores_unless_the_threads_are_set(monkeypatch):
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(grading.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert grading.threads_per_worker({"FTCOURSE_PROFILE": "grading"}, 2) == {
+        "FTCOURSE_PROFILE": "grading", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+    assert grading.threads_per_worker(None, 8)["OMP_NUM_THREADS"] == "1"
+    assert grading.threads_per_worker({"OMP_NUM_THREADS": "3"}, 2) == {"OMP_NUM_THREADS": "3"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the grader's own setting is passed through as it is
+    assert grading.threads_per_worker({}, 2) == {}

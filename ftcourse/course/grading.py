@@ -883,6 +883,17 @@ def _refused(path: Path, student: str, exercise: Exercise, status: str, sandboxe
     return result
 
 
+def threads_per_worker(env: dict | None, workers: int) -> dict:
+    """``env`` with each sandboxed kernel's torch threads set to its share of the cores, unless the
+    caller (or the grader's environment) already set them: two kernels of two threads each on two
+    cores run each submission about five times slower than one thread each."""
+    env = dict(env or {})
+    if not any(name in env or name in os.environ for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+        share = str(max(1, len(os.sched_getaffinity(0)) // workers))
+        env.update(OMP_NUM_THREADS=share, MKL_NUM_THREADS=share)
+    return env
+
+
 def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: int | None = None,
                  force: bool = False, timeout: float = 600, env: dict | None = None, use_sandbox: bool = True,
                  progress: bool = True, limits: sandbox.Limits | None = None) -> list[Submission]:
@@ -918,6 +929,7 @@ def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: i
         else:
             todo.append((student, path, chosen))
     workers = max(1, min(workers or default_workers(), len(todo) or 1))
+    env = threads_per_worker(env, workers)
     # Each worker's sandboxes share the machine's memory equally (their cgroup's memory.max, where there is one).
     limits = limits or sandbox.Limits(cpu_seconds=int(2 * timeout) + 60)
     if limits.sandbox_memory_bytes is None:
