@@ -224,6 +224,7 @@ def choose_lr(make_encoder, train, validation, lrs, profile=None, head_lr: float
     """The lr of ``lrs`` whose run (``make_encoder()`` fine-tuned by the recipe) scores best on
     ``validation``, a part carved from the training split. Returns ``(lr, runs)``; ties go to
     the first tried."""
+    data.require_validation(validation, "ablations.choose_lr")
     profile = config.get_profile(profile)
     runs = [train_and_score("lr sweep", f"lr {lr:g}", make_encoder(), train, validation,
                             _recipe(profile, seed, head_lr, lr=lr), profile.frozen_pooling, scored_on="validation")

@@ -60,6 +60,10 @@ class EmptySplitError(DataError, ValueError):
     pass
 
 
+class ReportedSplitError(DataError, ValueError):
+    """A helper that chooses settings was handed a split that is not a carved validation part."""
+
+
 # ----------------------------------------------------------------------------- parsing
 
 
@@ -238,7 +242,25 @@ def carve_validation(split: datasets.Dataset, size: int, seed: int = 0) -> tuple
         raise ValueError(f"A validation part of {size} rows cannot be carved from {len(split)}: it must leave "
                          "rows to train on. Fix: a size between 1 and the split's length minus 1.")
     order = datasets.Dataset.from_dict({"i": list(range(len(split)))}).shuffle(seed=seed)["i"]
-    return split.select(sorted(order[size:])), split.select(sorted(order[:size]))
+    rest, validation = split.select(sorted(order[size:])), split.select(sorted(order[:size]))
+    validation.info.description = VALIDATION_MARK  # kept by map, select and shuffle: tokenised, it is still marked
+    return rest, validation
+
+
+#: What ``carve_validation`` writes into its validation part's ``info.description``. Every helper
+#: that chooses a setting by a score (``require_validation``) reads only a part so marked: the
+#: split a lesson reports can never choose the settings it is then used to report.
+VALIDATION_MARK = "ftcourse: a validation part carved from a training split (data.carve_validation)"
+
+
+def require_validation(dataset: datasets.Dataset, chooser: str) -> datasets.Dataset:
+    """``dataset`` if ``carve_validation`` made it; otherwise a ``ReportedSplitError`` naming ``chooser``."""
+    if getattr(getattr(dataset, "info", None), "description", None) != VALIDATION_MARK:
+        raise ReportedSplitError(
+            f"{chooser} chooses a setting by its score, so it reads only a validation part carved from a training "
+            f"split, never a split a lesson reports (this one has {len(dataset):,} rows and no carve mark). Fix: "
+            "rest, validation = data.carve_validation(split['train'], size); train on rest, choose on validation.")
+    return dataset
 
 
 def load(name: str, profile=None, *, full: bool = False, seed: int = 0) -> datasets.DatasetDict:

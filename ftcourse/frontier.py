@@ -29,7 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers.modeling_outputs import BaseModelOutput
 
-from . import config, costs, heads, lora, training
+from . import config, costs, data, heads, lora, training
 from .regimes import accuracy_on
 from .report import Table
 
@@ -197,6 +197,7 @@ def sweep(m: Method, encoder, train, validation, profile, seed: int, num_labels:
     the grid, the grid grows one ``step`` further that way (at most ``extensions`` times), so
     a chosen lr is never one the grid merely cut off. Returns ``(run, model)`` pairs, in the
     order tried."""
+    data.require_validation(validation, "frontier.sweep")
     tried = [run_method(m, encoder, train, validation, lr, profile, seed, num_labels, head_lr=head_lr)
              for lr in m.lrs]
     for _ in range(extensions):

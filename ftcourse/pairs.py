@@ -59,6 +59,7 @@ def choose_lr(encoder: nn.Module, train: datasets.Dataset, validation: datasets.
     """The lr of ``lrs`` whose cross-encoder, trained ``epochs`` on ``train``, ranks the pairs of
     ``validation`` (carved from the training split, never the reported one) best. Returns
     ``(lr, {lr: validation Spearman x100})``; ties go to the first tried."""
+    data.require_validation(validation, "pairs.choose_lr")
     scores = {}
     for lr in lrs:
         model, _ = train_cross_encoder(encoder, train, profile, epochs=epochs, lr=lr, pad_token_id=pad_token_id)
@@ -154,3 +155,25 @@ def verdicts(cross: float, bi: float, cost: dict, extrapolated: dict, published:
         f"{paper_cost['cross_encoder_hours']} hours against {paper_cost['bi_encoder_seconds']} seconds on a GPU): "
         f"{'agrees' if ratio > 100 else 'DISAGREES'}",
     ]
+
+
+def encoder_verdict(raw: tuple, adapted: tuple) -> str:
+    """Whether the raw encoder explains the cross-encoder's deficit: ``raw`` and ``adapted`` are
+    ``(cross, bi)`` Spearman x100 from the raw encoder and from the adapted one. The explanation
+    holds when the bi-encoder's lead shrinks by more than half once both start from the
+    better-pretrained encoder (which, trained as a bi-encoder, still favours the bi-encoder)."""
+    raw_gap, adapted_gap = raw[1] - raw[0], adapted[1] - adapted[0]
+    shrinks = raw_gap > 0 and adapted_gap < raw_gap / 2
+    return (f"the bi-encoder's lead, STS-B test: {raw_gap:+.2f} points from the raw encoder, {adapted_gap:+.2f} from "
+            f"the adapted one; a better-pretrained encoder closes most of the gap: {'yes' if shrinks else 'no'}")
+
+
+def encoder_table(raw: tuple, adapted: tuple, raw_pairs: int, raw_epochs: int, adapted_pairs: int,
+                  adapted_epochs: int) -> Table:
+    """The cross- and bi-encoder's STS-B test Spearman from each starting encoder (``(cross, bi)``
+    pairs), with the training pairs and epochs each pair of runs had."""
+    rows = [["from the raw encoder (MLM only)", raw_pairs, raw_epochs, *raw, raw[1] - raw[0]],
+            ["from the adapted encoder (trained as a bi-encoder)", adapted_pairs, adapted_epochs, *adapted,
+             adapted[1] - adapted[0]]]
+    return Table(["STS-B test, Spearman x100", "training pairs", "epochs", "cross-encoder", "bi-encoder", "bi - cross"],
+                 rows, formats={c: "{:.2f}" for c in ("cross-encoder", "bi-encoder", "bi - cross")})

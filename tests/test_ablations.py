@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from ftcourse import ablations, config, heads, training
+from ftcourse import ablations, config, data, heads, training
 from test_frontier import toy
 
 LAYERS = 3
@@ -123,7 +123,8 @@ def test_pretraining_gives_every_size_the_same_steps_and_reuses_a_run(encoder, p
 
 
 def test_choose_lr_scores_on_validation_and_keeps_the_best(encoder, profile):
-    lr, runs = ablations.choose_lr(lambda: copy.deepcopy(encoder), toy(16, 0), toy(8, 1), (1e-4, 1e-3), profile)
+    validation = data.carve_validation(toy(9, 1), 8)[1]  # a chooser reads only a carved part
+    lr, runs = ablations.choose_lr(lambda: copy.deepcopy(encoder), toy(16, 0), validation, (1e-4, 1e-3), profile)
     assert [r.lr for r in runs] == [1e-4, 1e-3] and {r.scored_on for r in runs} == {"validation"}
     assert lr == max(runs, key=lambda r: r.accuracy).lr
 

@@ -66,7 +66,8 @@ def test_prompt_tuning_hides_its_virtual_positions_from_the_head(encoder):
 def test_the_sweep_chooses_on_validation_and_only_chosen_runs_see_dev(encoder):
     profile = config.get_profile("smoke").with_(frontier_epochs=2, regime_batch_size=8)
     methods = [frontier.method("frozen + linear head"), frontier.method("LoRA r=8")]
-    runs = frontier.frontier(encoder, toy(48, 0), toy(24, 1), toy(24, 2), profile, methods=methods[::-1], seeds=(0, 1))
+    validation = data.carve_validation(toy(25, 1), 24)[1]  # a chooser reads only a carved part
+    runs = frontier.frontier(encoder, toy(48, 0), validation, toy(24, 2), profile, methods=methods[::-1], seeds=(0, 1))
     assert runs[0].method == "frozen + linear head"  # first: its head lr is every method's
     for m in methods:
         sweep = [r for r in runs if r.method == m.name and r.seed == 0]

@@ -1,0 +1,134 @@
+"""Re-choose the offline profile's measured settings on validation parts, never on a reported split.
+
+Each setting of ``ftcourse/config.py`` that was picked by a measurement is swept again here on a
+part carved from the training split (``data.carve_validation``, seed 0), with the training
+subset drawn from the rest. The split the lesson reports (SST-2's GLUE dev set, CoNLL-2003's dev
+set, STS-B's test and dev sets) is never read. ``config.py``'s comment beside each setting quotes
+these figures.
+
+    python -m tools.choose_settings                  # every sweep (about 20 minutes on 2 cores)
+    python -m tools.choose_settings lora_lr epochs   # some of them
+
+Sweeps:
+
+- ``epochs``: lesson 1's fine-tuning, SST-2, 2,000 sentences, lr ``finetune_lr``, 1 to 3 epochs;
+- ``lora_lr``: LoRA r=8, SST-2, 1,000 sentences, 2 epochs of batch 16;
+- ``readout_lr``: lesson 2's BiLSTM on frozen CoNLL-2003 features, ``readout_epochs`` epochs;
+- ``adapter_head_lr``: lesson 3's LoRA tagger, CoNLL-2003, 2,000 sentences, 2 epochs;
+- ``siamese_epochs``: lesson 4's siamese training of the raw encoder, both poolings, 3 and 4 epochs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import torch
+
+import ftcourse
+from ftcourse import data, heads, models, readout, regimes, similarity, training
+
+SST2_VALIDATION = 872  # as many as the GLUE dev set it stands in for
+CONLL_VALIDATION = 1000
+STSB_VALIDATION = 300  # lesson 4b's carve
+
+
+def _report(name: str, scores: dict, unit: str) -> None:
+    best = max(scores, key=scores.get)  # ties: the first tried
+    print(f"{name}: " + ", ".join(f"{value:g} {score:.3f}" for value, score in scores.items())
+          + f" ({unit}, validation) -> {best:g}", flush=True)
+
+
+def sst2_parts(profile, tokenizer, size: int):
+    rest, held = data.carve_validation(data.load_sst2(profile, full=True)["train"], SST2_VALIDATION)
+    data.require_validation(held, "tools.choose_settings")
+    return (regimes.tokenize_sentences(data.subsample(rest, size), tokenizer, profile.max_length),
+            regimes.tokenize_sentences(held, tokenizer, profile.max_length))
+
+
+def conll_parts(profile, size: int):
+    rest, held = data.carve_validation(data.load_conll2003(profile, full=True)["train"], CONLL_VALIDATION)
+    data.require_validation(held, "tools.choose_settings")
+    return data.subsample(rest, size), held
+
+
+def epochs(profile, tokenizer, encoder) -> None:
+    train, validation = sst2_parts(profile, tokenizer, 2000)
+    scores = {}
+    for count in (1, 2, 3):
+        ftcourse.seed_everything(0)
+        model = heads.set_regime(heads.TaskModel(copy.deepcopy(encoder), heads.SentenceClassifier(encoder.config.hidden_size, 2)),
+                                 "finetune")
+        recipe = training.TrainConfig(lr=profile.finetune_lr, epochs=count, batch_size=profile.batch_size, progress=False)
+        training.train(model, train, recipe, pad_token_id=tokenizer.pad_token_id)
+        scores[count] = training.accuracy(*training.predict(model, validation, pad_token_id=tokenizer.pad_token_id))["accuracy"]
+    _report("epochs (SST-2, 2,000 sentences, full fine-tuning)", scores, "accuracy")
+
+
+def lora_lr(profile, tokenizer, encoder) -> None:
+    train, validation = sst2_parts(profile, tokenizer, 1000)
+    scores = {lr: regimes.run_regime("lora", encoder, train, validation, profile.with_(lora_lr=lr), epochs=2).accuracy
+              for lr in (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)}
+    _report("lora_lr (SST-2, 1,000 sentences, 2 epochs)", scores, "accuracy")
+
+
+def readout_lr(profile, tokenizer, encoder) -> None:
+    train, held = conll_parts(profile, profile.train_size("conll2003") or 2000)
+    features = {split: readout.cached_features(encoder, tokenizer, part, f"choose-{split}", profile, progress=False,
+                                               verbose=False) for split, part in (("train", train), ("validation", held))}
+    scores = {}
+    for lr in (1e-3, 3e-3, 1e-2):
+        results = [readout.evaluate_readout(features["train"], features["validation"], name, profile, lr=lr).f1
+                   for name in ("last", "second_to_last")]
+        scores[lr] = sum(results) / len(results)
+    _report("readout_lr (CoNLL-2003 BiLSTM, mean of last and second_to_last)", scores, "entity F1 x100")
+
+
+def adapter_head_lr(profile, tokenizer, encoder) -> None:
+    train, held = conll_parts(profile, 2000)
+    train, held = (regimes.tokenize_tags(part, tokenizer, profile.max_length) for part in (train, held))
+    scores = {}
+    for lr in (1e-3, 1e-2):
+        tagger = regimes.train_lora_tagger(encoder, train, profile.with_(adapter_head_lr=lr), epochs=2)
+        scores[lr] = regimes.entity_f1_fraction(tagger, held)
+    _report("adapter_head_lr (CoNLL-2003, 2,000 sentences, 2 epochs)", scores, "entity F1")
+
+
+def siamese_epochs(profile, tokenizer, encoder) -> None:
+    rest, held = data.carve_validation(data.load_stsb(profile)["train"], STSB_VALIDATION)
+    data.require_validation(held, "tools.choose_settings")
+    for pooling in similarity.POOLINGS:
+        scores = {}
+        for count in (3, 4):
+            recipe = similarity.SiameseConfig(pooling=pooling, epochs=count, batch_size=profile.siamese_batch_size,
+                                              lr=profile.finetune_lr, max_length=profile.max_length, seed=0, progress=False)
+            start = time.perf_counter()
+            model = similarity.train_siamese(models.model_source("raw_encoder", profile), rest, recipe)
+            scores[count] = similarity.evaluate_sentence_model(model, held["sentence1"], held["sentence2"], held["score"])
+            print(f"  {pooling} {count} epochs: {time.perf_counter() - start:.0f} s", flush=True)
+        _report(f"siamese_epochs ({pooling} pooling, raw encoder, STS-B)", scores, "Spearman x100")
+
+
+SWEEPS = {f.__name__: f for f in (epochs, lora_lr, readout_lr, adapter_head_lr, siamese_epochs)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.choose_settings", description=__doc__.splitlines()[0])
+    parser.add_argument("sweeps", nargs="*", metavar="SWEEP", help=f"some of {', '.join(SWEEPS)} (default: every one)")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.sweeps if name not in SWEEPS]
+    if unknown:
+        parser.error(f"unknown sweep {', '.join(unknown)}; known: {', '.join(SWEEPS)}")
+    profile = ftcourse.setup(verbose=False)
+    tokenizer = models.load_tokenizer(profile=profile)
+    encoder = models.load_encoder(profile, add_pooling_layer=False)
+    torch.manual_seed(0)
+    for name in args.sweeps or SWEEPS:
+        start = time.perf_counter()
+        SWEEPS[name](profile, tokenizer, encoder)
+        print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
