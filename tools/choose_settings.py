@@ -4,7 +4,8 @@ Each setting of ``ftcourse/config.py`` that was picked by a measurement is swept
 part carved from the training split (``data.carve_validation``, seed 0), with the training
 subset drawn from the rest. The split the lesson reports (SST-2's GLUE dev set, CoNLL-2003's dev
 set, STS-B's test and dev sets) is never read. ``config.py``'s comment beside each setting quotes
-these figures.
+these figures. A learning rate is the best-scoring one; a number of epochs is the fewest within one
+standard error of the best (``choose``), since more of them cost time.
 
     python -m tools.choose_settings                  # every sweep (about 20 minutes on 2 cores)
     python -m tools.choose_settings lora_lr epochs   # some of them
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import time
 
 import torch
@@ -34,10 +36,31 @@ CONLL_VALIDATION = 1000
 STSB_VALIDATION = 300  # lesson 4b's carve
 
 
-def _report(name: str, scores: dict, unit: str) -> None:
-    best = max(scores, key=scores.get)  # ties: the first tried
+def choose(scores: dict, standard_error: float | None = None):
+    """The best-scoring value (ties: the first tried). With ``standard_error``, for a setting whose
+    cost grows with its value (epochs), tried cheapest first: the cheapest within one standard
+    error of the best, the one-standard-error rule (Hastie, Tibshirani & Friedman, *The Elements of
+    Statistical Learning*, section 7.10): a difference the validation part cannot resolve buys no time."""
+    best = max(scores, key=scores.get)
+    if standard_error is None:
+        return best
+    return next(value for value, score in scores.items() if score >= scores[best] - standard_error)
+
+
+def accuracy_error(accuracy: float, n: int) -> float:
+    return math.sqrt(accuracy * (1 - accuracy) / n)
+
+
+def spearman_error_x100(rho_x100: float, n: int) -> float:
+    """The standard error of a correlation of ``n`` pairs (Fisher's approximation), x100."""
+    rho = rho_x100 / 100
+    return 100 * (1 - rho**2) / math.sqrt(n - 3)
+
+
+def _report(name: str, scores: dict, unit: str, standard_error: float | None = None) -> None:
+    rule = "" if standard_error is None else f", one-standard-error rule, SE {standard_error:.3f}"
     print(f"{name}: " + ", ".join(f"{value:g} {score:.3f}" for value, score in scores.items())
-          + f" ({unit}, validation) -> {best:g}", flush=True)
+          + f" ({unit}, validation{rule}) -> {choose(scores, standard_error):g}", flush=True)
 
 
 def sst2_parts(profile, tokenizer, size: int):
@@ -63,7 +86,8 @@ def epochs(profile, tokenizer, encoder) -> None:
         recipe = training.TrainConfig(lr=profile.finetune_lr, epochs=count, batch_size=profile.batch_size, progress=False)
         training.train(model, train, recipe, pad_token_id=tokenizer.pad_token_id)
         scores[count] = training.accuracy(*training.predict(model, validation, pad_token_id=tokenizer.pad_token_id))["accuracy"]
-    _report("epochs (SST-2, 2,000 sentences, full fine-tuning)", scores, "accuracy")
+    _report("epochs (SST-2, 2,000 sentences, full fine-tuning)", scores, "accuracy",
+            accuracy_error(max(scores.values()), validation.num_rows))
 
 
 def lora_lr(profile, tokenizer, encoder) -> None:
@@ -78,7 +102,7 @@ def readout_lr(profile, tokenizer, encoder) -> None:
     features = {split: readout.cached_features(encoder, tokenizer, part, f"choose-{split}", profile, progress=False,
                                                verbose=False) for split, part in (("train", train), ("validation", held))}
     scores = {}
-    for lr in (1e-3, 3e-3, 1e-2):
+    for lr in (1e-3, 3e-3, 1e-2, 3e-2):
         results = [readout.evaluate_readout(features["train"], features["validation"], name, profile, lr=lr).f1
                    for name in ("last", "second_to_last")]
         scores[lr] = sum(results) / len(results)
@@ -107,7 +131,8 @@ def siamese_epochs(profile, tokenizer, encoder) -> None:
             model = similarity.train_siamese(models.model_source("raw_encoder", profile), rest, recipe)
             scores[count] = similarity.evaluate_sentence_model(model, held["sentence1"], held["sentence2"], held["score"])
             print(f"  {pooling} {count} epochs: {time.perf_counter() - start:.0f} s", flush=True)
-        _report(f"siamese_epochs ({pooling} pooling, raw encoder, STS-B)", scores, "Spearman x100")
+        _report(f"siamese_epochs ({pooling} pooling, raw encoder, STS-B)", scores, "Spearman x100",
+                spearman_error_x100(max(scores.values()), held.num_rows))
 
 
 SWEEPS = {f.__name__: f for f in (epochs, lora_lr, readout_lr, adapter_head_lr, siamese_epochs)}
