@@ -7,13 +7,14 @@ set, STS-B's test and dev sets) is never read. ``config.py``'s comment beside ea
 these figures. A learning rate is the best-scoring one; a number of epochs is the fewest within one
 standard error of the best (``choose``), since more of them cost time.
 
-    python -m tools.choose_settings                  # every sweep (about 20 minutes on 2 cores)
+    python -m tools.choose_settings                  # every sweep (11 minutes on 2 cores)
     python -m tools.choose_settings lora_lr epochs   # some of them
 
 Sweeps:
 
 - ``epochs``: lesson 1's fine-tuning, SST-2, 2,000 sentences, lr ``finetune_lr``, 1 to 3 epochs;
 - ``lora_lr``: LoRA r=8, SST-2, 1,000 sentences, 2 epochs of batch 16;
+- ``exercise_lora_lr``: the exercise's LoRA at the exercise's budget (1 epoch of batch 32);
 - ``readout_lr``: lesson 2's BiLSTM on frozen CoNLL-2003 features, ``readout_epochs`` epochs;
 - ``adapter_head_lr``: lesson 3's LoRA tagger, CoNLL-2003, 2,000 sentences, 2 epochs;
 - ``siamese_epochs``: lesson 4's siamese training of the raw encoder, both poolings, 3 and 4 epochs.
@@ -97,6 +98,26 @@ def lora_lr(profile, tokenizer, encoder) -> None:
     _report("lora_lr (SST-2, 1,000 sentences, 2 epochs)", scores, "accuracy")
 
 
+def exercise_lora_lr(profile, tokenizer, encoder) -> None:
+    """The exercise's LoRA (its own LoraConfig: r 8, alpha 8, dropout 0.1 on query and value) at the
+    exercise's budget: 1 epoch of batch 32 on its training size, far fewer steps than lesson 3's."""
+    from peft import LoraConfig, get_peft_model
+
+    train, validation = sst2_parts(profile, tokenizer, profile.exercise_train_size)
+    scores = {}
+    for lr in (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2):
+        torch.manual_seed(0)
+        adapted = get_peft_model(copy.deepcopy(encoder), LoraConfig(r=8, lora_alpha=8, lora_dropout=0.1,
+                                                                    target_modules=["query", "value"]))
+        model = heads.TaskModel(adapted, heads.SentenceClassifier(encoder.config.hidden_size, 2))
+        recipe = training.TrainConfig(lr=lr, head_lr=profile.head_lr, epochs=profile.exercise_epochs,
+                                      batch_size=profile.batch_size, seed=0, progress=False)
+        training.train(model, train, recipe, pad_token_id=tokenizer.pad_token_id)
+        scores[lr] = training.accuracy(*training.predict(model, validation, pad_token_id=tokenizer.pad_token_id))["accuracy"]
+    _report(f"exercise_lora_lr (SST-2, {train.num_rows:,} sentences, {profile.exercise_epochs} epoch of batch "
+            f"{profile.batch_size})", scores, "accuracy")
+
+
 def readout_lr(profile, tokenizer, encoder) -> None:
     train, held = conll_parts(profile, profile.train_size("conll2003") or 2000)
     features = {split: readout.cached_features(encoder, tokenizer, part, f"choose-{split}", profile, progress=False,
@@ -135,7 +156,7 @@ def siamese_epochs(profile, tokenizer, encoder) -> None:
                 spearman_error_x100(max(scores.values()), held.num_rows))
 
 
-SWEEPS = {f.__name__: f for f in (epochs, lora_lr, readout_lr, adapter_head_lr, siamese_epochs)}
+SWEEPS = {f.__name__: f for f in (epochs, lora_lr, exercise_lora_lr, readout_lr, adapter_head_lr, siamese_epochs)}
 
 
 def main(argv=None) -> None:
