@@ -695,3 +695,57 @@ def plot_mix_weights(results: dict, num_layers: int):
 def heaviest_layer(result: ReadoutResult) -> int:
     """The layer a scalar-mix readout weighs most."""
     return result.mix_layers[max(range(len(result.mix_weights)), key=result.mix_weights.__getitem__)]
+
+
+# ----------------------------------------------------------------------------- against the paper
+
+
+def gaps_to_finetuning(f1: dict, readouts=PAPER_READOUTS) -> dict:
+    """How many F1 points each frozen readout gives up against fine-tuning (``f1["finetune"]``)."""
+    return {name: f1["finetune"] - f1[name] for name in readouts}
+
+
+def plot_gaps_to_finetuning(paper: dict, measured: dict, readouts=PAPER_READOUTS, ax=None):
+    """Each frozen readout's gap to fine-tuning, the paper's beside this run's, on one axis that
+    starts at zero: the shorter the bar, the closer the readout comes to moving the encoder. F1
+    itself would need an axis from 0 to 100, where the paper's 91-96 ordering cannot be seen."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.6))
+    gaps = {"paper (bert-base)": gaps_to_finetuning(paper, readouts), "this run (BiLSTM)": gaps_to_finetuning(measured, readouts)}
+    height = 0.38
+    for offset, (label, values) in enumerate(gaps.items()):
+        ax.barh([i + (offset - 0.5) * height for i in range(len(readouts))], [values[n] for n in readouts], height,
+                label=label)
+    ax.set_yticks(range(len(readouts)), readouts)
+    ax.invert_yaxis()  # the paper's table order, top to bottom
+    ax.set_xlabel("F1 points below fine-tuning (CoNLL-2003 dev)")
+    ax.set_title("What freezing the encoder costs, readout by readout")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)  # below: never over a bar
+    plt.tight_layout()
+    return ax
+
+
+def differing_orderings(paper: dict, measured: dict) -> list[str]:
+    """Every pair of rows whose order differs between the paper and this run, as
+    ``"a > b in the paper, b > a here"``; a tie on either side counts as no order."""
+    names = [n for n in paper if n in measured]
+    lines = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            paper_order, run_order = paper[a] - paper[b], measured[a] - measured[b]
+            if paper_order * run_order < 0:
+                high, low = (a, b) if paper_order > 0 else (b, a)
+                lines.append(f"{high} > {low} in the paper ({paper[high]:.1f} vs {paper[low]:.1f}), "
+                             f"{low} > {high} here ({measured[low]:.1f} vs {measured[high]:.1f})")
+    return lines
+
+
+def layer_worth_reading(curves: dict, within: float = 1.0) -> tuple[list[int], dict]:
+    """The layers every head reads within ``within`` F1 of its own best layer (``curves``:
+    ``{head: [F1 at layer 0 .. last]}``), and each head's peak. Two heads may peak one layer
+    apart on noise; the layers they both read near their best are what they agree on."""
+    peaks = {head: max(range(len(f1s)), key=f1s.__getitem__) for head, f1s in curves.items()}
+    near = [{k for k, f1 in enumerate(f1s) if f1 >= f1s[peaks[head]] - within} for head, f1s in curves.items()]
+    return sorted(set.intersection(*near)), peaks

@@ -245,3 +245,18 @@ def test_layer_and_mix_plots_and_the_heaviest_layer():
     fig = readout.plot_mix_weights({"weighted_sum_all": mix, "again": mix}, num_layers=2)
     assert len(fig.axes) == 2 and fig.axes[0].get_title() == "weighted_sum_all (gamma 1.50)"
     assert readout.heaviest_layer(mix) == 1
+
+
+def test_orderings_that_differ_from_the_paper_are_each_named():
+    paper = {"embeddings": 91.0, "last": 94.9, "second_to_last": 95.6, "finetune": 96.4}
+    run = {"embeddings": 72.7, "last": 75.0, "second_to_last": 74.9, "finetune": 79.5}
+    assert readout.differing_orderings(paper, run) == [
+        "second_to_last > last in the paper (95.6 vs 94.9), last > second_to_last here (75.0 vs 74.9)"]
+    assert readout.differing_orderings(paper, paper) == []
+    assert readout.gaps_to_finetuning(run, ("embeddings", "last")) == pytest.approx({"embeddings": 6.8, "last": 4.5})
+
+
+def test_the_layer_worth_reading_is_what_both_heads_read_near_their_best():
+    curves = {"BiLSTM": [70.0, 74.0, 77.5, 77.0, 73.0], "linear probe": [40.0, 55.0, 60.0, 66.7, 52.8]}
+    assert readout.layer_worth_reading(curves) == ([3], {"BiLSTM": 2, "linear probe": 3})
+    assert readout.layer_worth_reading(curves, within=0.1) == ([], {"BiLSTM": 2, "linear probe": 3})
