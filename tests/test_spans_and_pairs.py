@@ -135,3 +135,11 @@ def test_pairwise_cost_counts_the_passes_and_extrapolates(encoder, tokenizer):
     assert len(pairs.cost_table(cost, far).rows) == 2
     with pytest.raises(ValueError, match="at least 2"):
         pairs.pairwise_cost(None, Bi(), tokenizer, ["alone"], 16)
+
+
+def test_the_encoder_verdict_asks_whether_a_better_start_closes_most_of_the_gap():
+    assert pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0)).endswith("closes most of the gap: yes")
+    assert pairs.encoder_verdict((25.0, 57.0), (60.0, 80.0)).endswith("closes most of the gap: no")  # 20 of 32
+    assert pairs.encoder_verdict((60.0, 50.0), (70.0, 69.0)).endswith(": no")  # no lead to explain
+    table = pairs.encoder_table((25.0, 57.0), (76.6, 86.0), 5749, 3, 2000, 2)
+    assert [row[-1] for row in table.rows] == pytest.approx([32.0, 9.4])
