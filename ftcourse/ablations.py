@@ -233,6 +233,12 @@ def choose_lr(make_encoder, train, validation, lrs, profile=None, head_lr: float
     return best.lr, runs
 
 
+def is_lora(setting: str) -> bool:
+    """Whether a partial-freezing study's setting is its LoRA row (``partial_freezing``'s ``lora_rank``),
+    which the table, the plot and the verdicts set apart from the k rows."""
+    return setting.startswith("LoRA")
+
+
 # ----------------------------------------------------------------------------- reading them
 
 
@@ -270,7 +276,7 @@ def partial_freezing_table(runs, encoder_parameters: int) -> Table:
                         "MiB per task: the trained layers and head, beside a shared frozen backbone; "
                         "nothing frozen stores the whole model",
                         f"{full['steps']} optimiser steps each, lr {full['lr']:g}"
-                        + "".join(f" (LoRA: lr {s['lr']:g})" for (name, _), s in summary.items() if name.startswith("LoRA"))])
+                        + "".join(f" (LoRA: lr {s['lr']:g})" for (name, _), s in summary.items() if is_lora(name))])
 
 
 def tactics_table(runs) -> Table:
@@ -309,7 +315,7 @@ def plot_partial_freezing(runs, ax=None):
     full = summary[("nothing frozen", runs[0].train_size)]
     ax.axhline(full["mean"], color="0.4", linestyle="--", linewidth=1, label="nothing frozen")
     for (setting, _), s in summary.items():
-        if setting.startswith("LoRA"):
+        if is_lora(setting):
             ax.axhline(s["mean"], color="tab:green", linestyle=":", linewidth=1.5, label=setting)
     ax.set_xlabel("k: embeddings and the lower k layers frozen")
     ax.set_ylabel("dev accuracy")
@@ -354,7 +360,7 @@ def verdicts(freezing_runs, tactic_runs, pretraining_runs) -> list[str]:
         lines.append(f"between the extremes: no k of {', '.join(map(str, below_top))} stays within the seeds' "
                      f"spread (+1 point) of full fine-tuning's {full['mean']:.3f} in this run")
     for (setting, _), s in freezing.items():
-        if setting.startswith("LoRA"):
+        if is_lora(setting):
             lines.append(f"{setting}: {100 * s['trainable'] / full['trainable']:.2f}% of the parameters, "
                          f"{s['bytes_per_task'] / 2**20:.2f} MiB a task, an epoch in {s['seconds_per_epoch'] / full['seconds_per_epoch']:.2f}x "
                          f"full fine-tuning's (its backward pass still runs through every layer), "

@@ -12,7 +12,6 @@ bi-encoders; ``pairwise_cost`` measures it.
 from __future__ import annotations
 
 import copy
-import math
 import time
 
 import datasets
@@ -127,11 +126,6 @@ def cost_table(measured: dict, extrapolated: dict) -> Table:
     return Table(["every pair of", "how", "cross passes", "cross time", "bi passes", "bi time", "cross / bi"], rows,
                  formats={"cross / bi": "{:,.0f}x"},
                  notes=["cross: one encoder pass per pair; bi: one per sentence, then a single cosine matrix"])
-
-
-def passes_ratio(sentences: int) -> float:
-    """How many more encoder passes the cross-encoder needs: (n - 1) / 2."""
-    return (sentences * (sentences - 1) / 2) / sentences if sentences > 1 else math.nan
 
 
 def verdicts(cross: float, bi: float, cost: dict, extrapolated: dict, published: dict, paper_cost: dict,

@@ -308,7 +308,7 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
     the weights stay identical everywhere. ``History.losses`` are this process's own;
     ``examples_seen`` counts all processes."""
     from accelerate import Accelerator
-    from transformers import get_linear_schedule_with_warmup
+    from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
     config = config or TrainConfig()
     torch.manual_seed(config.seed)  # dropout and data order follow the run's seed
@@ -328,7 +328,7 @@ def train(model, train_data, config: TrainConfig | None = None, eval_data=None, 
     if config.schedule == "linear":
         scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * steps), steps)
     else:  # the text's loop: the same lr at every step
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        scheduler = get_constant_schedule(optimizer)
     model, optimizer = accelerator.prepare(model, optimizer)
     history = History()
     # mininterval: at most one redraw a second (see similarity's progress bar: notebook redraws

@@ -131,7 +131,6 @@ def test_pairwise_cost_counts_the_passes_and_extrapolates(encoder, tokenizer):
     far = pairs.extrapolate(cost, 10_000)
     assert far["cross_passes"] == 49_995_000 and far["bi_passes"] == 10_000
     assert far["cross_seconds"] == pytest.approx(cost["cross_seconds"] / 6 * 49_995_000)
-    assert pairs.passes_ratio(10_000) == pytest.approx(4999.5)
     assert len(pairs.cost_table(cost, far).rows) == 2
     with pytest.raises(ValueError, match="at least 2"):
         pairs.pairwise_cost(None, Bi(), tokenizer, ["alone"], 16)
