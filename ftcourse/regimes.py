@@ -180,6 +180,7 @@ class RegimeResult:
     seconds_per_epoch: float
     peak_memory_bytes: int
     bytes_per_task: int  # what must be stored for this task beyond a shared backbone
+    steps: int = 0  # optimiser steps the run took (the frozen head's are full-batch)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -193,13 +194,14 @@ def accuracy_on(model, dev) -> float:
 
 def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: datasets.Dataset, profile=None,
                seed: int = 0, epochs: int = 1, train_features=None, dev_features=None, rank: int | None = None,
-               keep_model: bool = False, num_labels: int | None = None):
+               keep_model: bool = False, num_labels: int | None = None, probe_steps: int | None = None):
     """Train ``regime`` on ``train`` (a tokenised classification set, e.g. SST-2 through
     ``tokenize_sentences``) and score it on ``dev``. The head has ``num_labels`` classes,
     read from the data when not given (``num_labels_of``).
 
     ``encoder`` is never modified (LoRA and fine-tuning train a copy). For ``frozen``, pass
-    the cached [CLS] features of ``train`` and ``dev``. Returns a ``RegimeResult``, and the
+    the cached [CLS] features of ``train`` and ``dev``; its head takes ``probe_steps`` full-batch
+    steps (default ``PROBE_STEPS``, enough to converge). Returns a ``RegimeResult``, and the
     trained model too when ``keep_model``.
     """
     if regime not in REGIMES:
@@ -213,13 +215,14 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
             raise ValueError("The frozen regime trains on cached features: pass train_features and dev_features "
                              "(see cached_features).")
         with training.peak_memory() as peak:
-            probe, seconds = train_linear_probe(train_features, labels, num_labels, seed=seed, lr=profile.probe_lr)
+            probe, seconds = train_linear_probe(train_features, labels, num_labels, seed=seed, lr=profile.probe_lr,
+                                                steps=probe_steps or PROBE_STEPS)
         with torch.no_grad():
             predictions = probe(dev_features).argmax(-1)
         accuracy = (predictions == torch.as_tensor(dev["labels"])).float().mean().item()
         trainable = heads.count_parameters(probe)["trainable"]
         result = RegimeResult(regime, len(train), seed, 1, accuracy, trainable, seconds, peak["bytes"],
-                              4 * trainable)
+                              4 * trainable, probe_steps or PROBE_STEPS)
         return (result, probe) if keep_model else result
 
     torch.manual_seed(seed)  # the head's initialisation follows the seed
@@ -239,7 +242,7 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
     counts = heads.count_parameters(model)
     stored = counts["trainable"] if regime == "lora" else counts["total"]
     result = RegimeResult(regime, len(train), seed, epochs, accuracy_on(model, dev), counts["trainable"],
-                          history.seconds_per_epoch, peak["bytes"], 4 * stored)
+                          history.seconds_per_epoch, peak["bytes"], 4 * stored, len(history.losses))
     return (result, model) if keep_model else result
 
 
@@ -248,14 +251,16 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
 
 def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dataset, sizes, seeds,
                    profile=None, min_examples: int = 0, regimes=REGIMES, name: str = "sst2",
-                   keep: tuple | None = None, pooling: str | None = None):
+                   keep: tuple | None = None, pooling: str | None = None, equal_steps: bool = False):
     """``run_regime`` for every regime, labelled-set size and seed. A set of size ``n`` for
     seed ``s`` is ``n`` examples drawn from ``pool`` with seed ``s`` (the whole pool when
     ``n`` is its size). Features for the frozen regime are extracted once for the pool.
 
     ``keep=(size, seed)``: also return the trained models of that run, by regime. The frozen
     regime reads features pooled by ``pooling`` (default: the profile's ``frozen_pooling``).
-    Returns ``(results, kept_models)``."""
+    ``equal_steps``: the frozen head takes as many optimiser steps as the trained regimes do at
+    that size, instead of training to convergence, so no regime gets a bigger budget than another.
+    Each result records its steps. Returns ``(results, kept_models)``."""
     profile = config.get_profile(profile)
     sizes = sorted(sizes)
     if sizes[-1] > len(pool):
@@ -272,9 +277,11 @@ def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dat
                    else torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:size].tolist())
         train = pool.select(indices)
         features = pool_features[indices] if pool_features is not None else None
-        result, model = run_regime(regime, encoder, train, dev, profile, seed=seed,
-                                   epochs=epochs_for(size, min_examples, profile.epochs),
-                                   train_features=features, dev_features=dev_features, keep_model=True)
+        epochs = epochs_for(size, min_examples, profile.epochs)
+        steps = epochs * math.ceil(size / profile.regime_batch_size) if equal_steps else None
+        result, model = run_regime(regime, encoder, train, dev, profile, seed=seed, epochs=epochs,
+                                   train_features=features, dev_features=dev_features, keep_model=True,
+                                   probe_steps=steps)
         results.append(result)
         if keep == (size, seed):
             kept[regime] = model
@@ -301,6 +308,13 @@ def best_regime_by_size(summary: dict) -> dict:
         if size not in best or stats["mean"] > summary[(best[size], size)]["mean"]:
             best[size] = regime
     return best
+
+
+def drops(summary: dict, regime: str) -> list[tuple[int, int]]:
+    """Each pair of consecutive sizes between which ``regime``'s mean dev accuracy falls: a
+    learning curve that goes down with more data asks why (its lr, its steps, its seeds)."""
+    sizes = sorted(size for (name, size) in summary if name == regime)
+    return [(a, b) for a, b in zip(sizes, sizes[1:]) if summary[(regime, b)]["mean"] < summary[(regime, a)]["mean"]]
 
 
 def crossover(summary: dict, low: str = "frozen", high: str = "finetune") -> int | None:

@@ -57,6 +57,8 @@ def test_each_regime_runs_and_reports_its_costs():
     assert results["lora"].trainable == 2 * 2 * 8 * (32 + 32) + 66
     assert results["finetune"].bytes_per_task == 4 * (sum(p.numel() for p in encoder.parameters()) + 66)
     assert all(0 <= r.accuracy <= 1 for r in results.values())
+    # 16 examples in batches of the profile's 16: one step a run; the frozen head converges unless told
+    assert (results["lora"].steps, results["finetune"].steps, results["frozen"].steps) == (1, 1, regimes.PROBE_STEPS)
     with pytest.raises(ValueError, match="cached features"):
         regimes.run_regime("frozen", encoder, data, data, "offline")
     with pytest.raises(ValueError, match="Known regimes"):
@@ -131,3 +133,28 @@ def test_accuracy_figures_give_each_regime_at_one_size():
     figures = regimes.accuracy_figures(summary, 64)
     assert [f[0] for f in figures] == ["frozen head, 64 examples", "LoRA, 64 examples", "full fine-tuning, 64 examples"]
     assert figures[1][1:] == (80.0, None, "SST-2 dev accuracy x100, mean of 3 seeds")
+
+
+def test_under_equal_steps_the_frozen_head_gets_the_trained_regimes_budget(monkeypatch):
+    torch.manual_seed(0)
+    encoder = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                   intermediate_size=64, vocab_size=100), add_pooling_layer=False)
+    rows = {"input_ids": [[2, 5 + i % 7, 9, 3] for i in range(40)], "attention_mask": [[1] * 4] * 40,
+            "labels": [i % 2 for i in range(40)]}
+    pool = datasets.Dataset.from_dict(rows)
+    monkeypatch.setattr(regimes, "cached_features", lambda enc, data, name, pooling: (
+        regimes.sentence_features(enc, data, pooling), None))
+    for equal, frozen_steps in ((True, {8: 4, 40: 3}), (False, {8: regimes.PROBE_STEPS, 40: regimes.PROBE_STEPS})):
+        results, _ = regimes.learning_curve(encoder, pool, pool, (8, 40), (0,), "smoke", min_examples=32,
+                                            equal_steps=equal)
+        steps = {(r.regime, r.train_size): r.steps for r in results}
+        # 8 examples: 4 epochs (32 seen) of one batch each = 4 steps; 40 examples: 1 epoch = 3 batches of 16
+        assert steps[("finetune", 8)] == steps[("lora", 8)] == 4 and steps[("finetune", 40)] == 3
+        assert {size: steps[("frozen", size)] for size in (8, 40)} == frozen_steps
+
+
+def test_a_curve_that_falls_with_more_data_is_found():
+    summary = {("lora", 64): {"mean": 0.56}, ("lora", 256): {"mean": 0.53}, ("lora", 1024): {"mean": 0.79},
+               ("frozen", 64): {"mean": 0.70}, ("frozen", 256): {"mean": 0.71}}
+    assert regimes.drops(summary, "lora") == [(64, 256)]
+    assert regimes.drops(summary, "frozen") == []
