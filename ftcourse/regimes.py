@@ -251,7 +251,8 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
 
 def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dataset, sizes, seeds,
                    profile=None, min_examples: int = 0, regimes=REGIMES, name: str = "sst2",
-                   keep: tuple | None = None, pooling: str | None = None, equal_steps: bool = False):
+                   keep: tuple | None = None, pooling: str | None = None, equal_steps: bool = False,
+                   epochs: int | None = None):
     """``run_regime`` for every regime, labelled-set size and seed. A set of size ``n`` for
     seed ``s`` is ``n`` examples drawn from ``pool`` with seed ``s`` (the whole pool when
     ``n`` is its size). Features for the frozen regime are extracted once for the pool.
@@ -260,6 +261,7 @@ def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dat
     regime reads features pooled by ``pooling`` (default: the profile's ``frozen_pooling``).
     ``equal_steps``: the frozen head takes as many optimiser steps as the trained regimes do at
     that size, instead of training to convergence, so no regime gets a bigger budget than another.
+    ``epochs``: the fewest a run trains (default the profile's ``epochs``).
     Each result records its steps. Returns ``(results, kept_models)``."""
     profile = config.get_profile(profile)
     sizes = sorted(sizes)
@@ -277,9 +279,9 @@ def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dat
                    else torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:size].tolist())
         train = pool.select(indices)
         features = pool_features[indices] if pool_features is not None else None
-        epochs = epochs_for(size, min_examples, profile.epochs)
-        steps = epochs * math.ceil(size / profile.regime_batch_size) if equal_steps else None
-        result, model = run_regime(regime, encoder, train, dev, profile, seed=seed, epochs=epochs,
+        run_epochs = epochs_for(size, min_examples, epochs or profile.epochs)
+        steps = run_epochs * math.ceil(size / profile.regime_batch_size) if equal_steps else None
+        result, model = run_regime(regime, encoder, train, dev, profile, seed=seed, epochs=run_epochs,
                                    train_features=features, dev_features=dev_features, keep_model=True,
                                    probe_steps=steps)
         results.append(result)
@@ -289,15 +291,16 @@ def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dat
 
 
 def summarize(results) -> dict:
-    """(regime, size) -> {"mean", "std", "n"} of dev accuracy over seeds."""
+    """(regime, size) -> {"mean", "std", "n", "steps"} of dev accuracy over seeds, and the
+    optimiser steps its runs took (a sorted tuple: one value when every seed took the same)."""
     groups: dict = {}
     for r in results:
-        groups.setdefault((r.regime, r.train_size), []).append(r.accuracy)
+        groups.setdefault((r.regime, r.train_size), []).append(r)
     summary = {}
-    for key, values in groups.items():
-        t = torch.tensor(values)
-        summary[key] = {"mean": t.mean().item(), "std": t.std().item() if len(values) > 1 else 0.0,
-                        "n": len(values)}
+    for key, runs in groups.items():
+        t = torch.tensor([r.accuracy for r in runs])
+        summary[key] = {"mean": t.mean().item(), "std": t.std().item() if len(runs) > 1 else 0.0,
+                        "n": len(runs), "steps": tuple(sorted({r.steps for r in runs}))}
     return summary
 
 
@@ -315,6 +318,35 @@ def drops(summary: dict, regime: str) -> list[tuple[int, int]]:
     learning curve that goes down with more data asks why (its lr, its steps, its seeds)."""
     sizes = sorted(size for (name, size) in summary if name == regime)
     return [(a, b) for a, b in zip(sizes, sizes[1:]) if summary[(regime, b)]["mean"] < summary[(regime, a)]["mean"]]
+
+
+def recheck_at_lr(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dataset, sizes, seeds, profile=None,
+                  regime: str = "lora", factor: float = 4.0, min_examples: int = 0, epochs: int | None = None) -> dict:
+    """``regime`` again at ``sizes`` (where its curve fell) with the same subsets, seeds and steps,
+    at ``factor`` times its lr: ``summarize`` of those runs. If the fall goes away, the lr (too
+    small for so few steps) explains it; if it stays, the seeds' spread is the next suspect."""
+    profile = config.get_profile(profile)
+    field = {"lora": "lora_lr", "finetune": "finetune_lr"}[regime]
+    faster = profile.with_(**{field: factor * getattr(profile, field)})
+    results, _ = learning_curve(encoder, pool, dev, sizes, seeds, faster, min_examples=min_examples, regimes=(regime,),
+                                epochs=epochs)
+    return summarize(results)
+
+
+def fall_line(summary: dict, again: dict, regime: str, sizes: tuple, factor: float = 4.0) -> str:
+    """What ``recheck_at_lr`` found where ``regime`` fell between ``sizes``: does the fall go away
+    at ``factor`` times the lr, and is it larger than the seeds' spread?"""
+    small, large = sizes
+    first, second = summary[(regime, small)], summary[(regime, large)]
+    spread = max(first["std"], second["std"])
+    fixed = again[(regime, large)]["mean"] >= again[(regime, small)]["mean"]
+    return (f"{regime} falls from {first['mean']:.3f} ± {first['std']:.3f} at {small} examples to {second['mean']:.3f} "
+            f"± {second['std']:.3f} at {large} ({'/'.join(map(str, first['steps']))} and "
+            f"{'/'.join(map(str, second['steps']))} steps); the fall is "
+            f"{'larger' if first['mean'] - second['mean'] > spread else 'no larger'} than the seeds' spread. At {factor:g}x "
+            f"its lr: {again[(regime, small)]['mean']:.3f} and {again[(regime, large)]['mean']:.3f}, so the fall "
+            + ("goes away: the lr, too small for so few steps, explains it" if fixed else
+               "stays: the lr does not explain it"))
 
 
 def crossover(summary: dict, low: str = "frozen", high: str = "finetune") -> int | None:
@@ -390,10 +422,16 @@ def learning_curve_table(summary: dict) -> Table:
     """Mean ± standard deviation over seeds of each regime at each size, and the best regime."""
     best = best_regime_by_size(summary)
     regimes = [r for r in REGIMES if any(key[0] == r for key in summary)]
+    def steps(size):  # every run's optimiser steps at this size, regime by regime where they differ
+        taken = {r: summary[(r, size)].get("steps", ()) for r in regimes}
+        values = set(taken.values())
+        return "/".join(map(str, next(iter(values)))) if len(values) == 1 else \
+            ", ".join(f"{r} {'/'.join(map(str, v))}" for r, v in taken.items())
+
     rows = [[size] + [f"{summary[(r, size)]['mean']:.3f} ± {summary[(r, size)]['std']:.3f}" for r in regimes]
-            + [best[size]] for size in sorted(best)]
+            + [best[size], steps(size)] for size in sorted(best)]
     seeds = {stats["n"] for stats in summary.values()}
-    return Table(["examples", *regimes, "best"], rows,
+    return Table(["examples", *regimes, "best", "steps (every run)"], rows,
                  notes=[f"dev accuracy, mean ± standard deviation over {'/'.join(map(str, sorted(seeds)))} seeds"])
 
 

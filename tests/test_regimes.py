@@ -158,3 +158,34 @@ def test_a_curve_that_falls_with_more_data_is_found():
                ("frozen", 64): {"mean": 0.70}, ("frozen", 256): {"mean": 0.71}}
     assert regimes.drops(summary, "lora") == [(64, 256)]
     assert regimes.drops(summary, "frozen") == []
+
+
+def test_the_curve_table_prints_every_runs_steps_and_the_fall_is_read_against_the_lr():
+    runs = [regimes.RegimeResult(regime, size, seed, 1, acc + 0.01 * seed, 10, 1.0, 0, 40, steps)
+            for regime, size, acc, steps in (("frozen", 64, 0.70, 32), ("lora", 64, 0.56, 32), ("frozen", 256, 0.71, 32),
+                                             ("lora", 256, 0.52, 32)) for seed in (0, 1, 2)]
+    summary = regimes.summarize(runs)
+    assert summary[("lora", 64)]["steps"] == (32,)
+    table = regimes.learning_curve_table(summary)
+    assert table.columns[-1] == "steps (every run)" and [row[-1] for row in table.rows] == ["32", "32"]
+    fixed = {("lora", 64): {"mean": 0.70}, ("lora", 256): {"mean": 0.74}}
+    line = regimes.fall_line(summary, fixed, "lora", (64, 256))
+    assert "larger than the seeds' spread" in line and line.endswith("the lr, too small for so few steps, explains it")
+    stays = {("lora", 64): {"mean": 0.60}, ("lora", 256): {"mean": 0.55}}
+    assert regimes.fall_line(summary, stays, "lora", (64, 256)).endswith("stays: the lr does not explain it")
+
+
+def test_the_recheck_reruns_only_that_regime_at_those_sizes_at_a_larger_lr(monkeypatch):
+    seen = []
+
+    def fake_run(regime, encoder, train, dev, profile, seed=0, epochs=1, **kwargs):
+        seen.append((regime, len(train), seed, epochs, profile.lora_lr))
+        result = regimes.RegimeResult(regime, len(train), seed, epochs, 0.5, 1, 1.0, 0, 4, epochs)
+        return (result, None) if kwargs.get("keep_model") else result
+
+    monkeypatch.setattr(regimes, "run_regime", fake_run)
+    pool = datasets.Dataset.from_dict({"input_ids": [[2, 3]] * 40, "attention_mask": [[1, 1]] * 40, "labels": [0, 1] * 20})
+    profile = regimes.config.get_profile("smoke").with_(lora_lr=1e-3)
+    summary = regimes.recheck_at_lr(None, pool, pool, (8, 40), (0, 1), profile, "lora", min_examples=32, epochs=1)
+    assert set(summary) == {("lora", 8), ("lora", 40)}
+    assert seen == [("lora", n, s, e, pytest.approx(4e-3)) for n, e in ((8, 4), (40, 1)) for s in (0, 1)]
