@@ -88,6 +88,15 @@ def epochs_for(size: int, min_examples: int, epochs: int = 1) -> int:
     return max(epochs, math.ceil(min_examples / size))
 
 
+def steps_for(size: int, epochs: int, batch_size: int) -> int:
+    """The optimiser steps of ``epochs`` over ``size`` examples in batches of ``batch_size``."""
+    return epochs * math.ceil(size / batch_size)
+
+
+def _steps_text(steps) -> str:
+    return "/".join(map(str, steps))  # one value when every seed took the same
+
+
 # ----------------------------------------------------------------------------- frozen features
 
 
@@ -280,7 +289,7 @@ def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dat
         train = pool.select(indices)
         features = pool_features[indices] if pool_features is not None else None
         run_epochs = epochs_for(size, min_examples, epochs or profile.epochs)
-        steps = run_epochs * math.ceil(size / profile.regime_batch_size) if equal_steps else None
+        steps = steps_for(size, run_epochs, profile.regime_batch_size) if equal_steps else None
         result, model = run_regime(regime, encoder, train, dev, profile, seed=seed, epochs=run_epochs,
                                    train_features=features, dev_features=dev_features, keep_model=True,
                                    probe_steps=steps)
@@ -341,8 +350,8 @@ def fall_line(summary: dict, again: dict, regime: str, sizes: tuple, factor: flo
     spread = max(first["std"], second["std"])
     fixed = again[(regime, large)]["mean"] >= again[(regime, small)]["mean"]
     return (f"{regime} falls from {first['mean']:.3f} ± {first['std']:.3f} at {small} examples to {second['mean']:.3f} "
-            f"± {second['std']:.3f} at {large} ({'/'.join(map(str, first['steps']))} and "
-            f"{'/'.join(map(str, second['steps']))} steps); the fall is "
+            f"± {second['std']:.3f} at {large} ({_steps_text(first['steps'])} and "
+            f"{_steps_text(second['steps'])} steps); the fall is "
             f"{'larger' if first['mean'] - second['mean'] > spread else 'no larger'} than the seeds' spread. At {factor:g}x "
             f"its lr: {again[(regime, small)]['mean']:.3f} and {again[(regime, large)]['mean']:.3f}, so the fall "
             + ("goes away: the lr, too small for so few steps, explains it" if fixed else
@@ -404,7 +413,7 @@ def budget_table(sizes, min_examples: int, epochs: int, batch_size: int | None =
     rows = []
     for size in sorted(sizes):
         n = epochs_for(size, min_examples, epochs)
-        rows.append([size, n, n * -(-size // batch_size)])
+        rows.append([size, n, steps_for(size, n, batch_size)])
     return Table(["examples", "epochs", "optimiser steps"], rows)
 
 
@@ -425,8 +434,8 @@ def learning_curve_table(summary: dict) -> Table:
     def steps(size):  # every run's optimiser steps at this size, regime by regime where they differ
         taken = {r: summary[(r, size)].get("steps", ()) for r in regimes}
         values = set(taken.values())
-        return "/".join(map(str, next(iter(values)))) if len(values) == 1 else \
-            ", ".join(f"{r} {'/'.join(map(str, v))}" for r, v in taken.items())
+        return _steps_text(next(iter(values))) if len(values) == 1 else \
+            ", ".join(f"{r} {_steps_text(v)}" for r, v in taken.items())
 
     rows = [[size] + [f"{summary[(r, size)]['mean']:.3f} ± {summary[(r, size)]['std']:.3f}" for r in regimes]
             + [best[size], steps(size)] for size in sorted(best)]

@@ -39,13 +39,19 @@ def test_crossover_needs_a_lasting_win():
     assert regimes.crossover(summary) is None
 
 
-def test_each_regime_runs_and_reports_its_costs():
+def tiny_encoder(layers: int):
     torch.manual_seed(0)
-    encoder = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                   intermediate_size=64, vocab_size=100), add_pooling_layer=False)
-    rows = {"input_ids": [[2, 5 + i % 7, 9, 3] for i in range(16)], "attention_mask": [[1] * 4] * 16,
-            "labels": [i % 2 for i in range(16)]}
-    data = datasets.Dataset.from_dict(rows)
+    return BertModel(BertConfig(hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+                                intermediate_size=64, vocab_size=100), add_pooling_layer=False)
+
+
+def toy_sentences(n: int) -> datasets.Dataset:
+    return datasets.Dataset.from_dict({"input_ids": [[2, 5 + i % 7, 9, 3] for i in range(n)],
+                                       "attention_mask": [[1] * 4] * n, "labels": [i % 2 for i in range(n)]})
+
+
+def test_each_regime_runs_and_reports_its_costs():
+    encoder, data = tiny_encoder(2), toy_sentences(16)
     train_features, _ = regimes.sentence_features(encoder, data, "cls"), None
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
     results = {}
@@ -136,12 +142,7 @@ def test_accuracy_figures_give_each_regime_at_one_size():
 
 
 def test_under_equal_steps_the_frozen_head_gets_the_trained_regimes_budget(monkeypatch):
-    torch.manual_seed(0)
-    encoder = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                   intermediate_size=64, vocab_size=100), add_pooling_layer=False)
-    rows = {"input_ids": [[2, 5 + i % 7, 9, 3] for i in range(40)], "attention_mask": [[1] * 4] * 40,
-            "labels": [i % 2 for i in range(40)]}
-    pool = datasets.Dataset.from_dict(rows)
+    encoder, pool = tiny_encoder(1), toy_sentences(40)
     monkeypatch.setattr(regimes, "cached_features", lambda enc, data, name, pooling: (
         regimes.sentence_features(enc, data, pooling), None))
     for equal, frozen_steps in ((True, {8: 4, 40: 3}), (False, {8: regimes.PROBE_STEPS, 40: regimes.PROBE_STEPS})):
