@@ -71,10 +71,14 @@ class Profile:
     lora_rank: int = 8
     lora_lr: float = 5e-4  # Hu et al. (2021) use 4e-4 .. 5e-4 for RoBERTa-base on GLUE
     regime_batch_size: int = 16  # lesson 3's runs: the BERT paper's smaller batch, so small labelled sets get enough steps
-    learning_curve_sizes: tuple = (32, 128, 512, 2048)  # SST-2 labelled examples per run
+    learning_curve_sizes: tuple = (32, 64, 128, 256, 512, 2048, 8192)  # SST-2 labelled examples per run
     learning_curve_seeds: tuple = (0, 1, 2)
     learning_curve_min_examples: int = 2048  # a small set repeats until a run has seen this many
     learning_curve_eval_size: int | None = None  # SST-2 dev sentences scored (None = all 872)
+    learning_curve_epochs: int | None = None  # the fewest epochs a curve run trains (None = ``epochs``)
+    # Optimiser steps -> {regime: lr}: each regime's lr at each of the curve's step budgets, where it
+    # was chosen for that budget; a budget not listed uses lora_lr, finetune_lr and probe_lr.
+    learning_curve_lrs: dict = field(default_factory=dict)
     adapter_train_size: int | None = 2048  # CoNLL-2003 sentences for lesson 3's tagging adapter
     adapter_head_lr: float = 1e-3  # the tagging adapter's new token-level head
     # The bert-base exercise (solutions/05): an SST-2 subset, every regime, several seeds.
@@ -152,11 +156,22 @@ PROFILES = {
         # 5e-4 0.774, 1e-3 0.817, 2e-3 0.846, 4e-3 0.845, 8e-3 0.833. A rank-8 update that starts at zero
         # needs large steps to move in ~130 steps.
         lora_lr=2e-3,
-        # Lesson 3's learning curve: 3 sizes x 3 seeds x 3 regimes in about three CPU minutes. A run
-        # sees at least 512 examples (32 optimiser steps), 1,024 for 2 epochs at the largest size.
-        learning_curve_sizes=(64, 256, 1024),
+        # Lesson 3's learning curve: 6 sizes x 3 seeds x 3 regimes, every regime the same optimiser steps at
+        # a size: a run sees at least 512 examples (32 steps of batch 16), 2,048 once at the largest (128).
+        learning_curve_sizes=(32, 64, 128, 256, 512, 2048),
         learning_curve_seeds=(0, 1, 2),
         learning_curve_min_examples=512,
+        learning_curve_epochs=1,
+        # Each regime's lr at each budget (tools.choose_settings learning_curve_lrs: one epoch of 512 or
+        # 2,048 sentences, seed 0, 872 validation sentences; the frozen head full-batch, as many steps):
+        # 32 steps: frozen 3e-4 0.667, 1e-3 0.765, 3e-3 0.751, 1e-2 0.733, 3e-2 0.727, 1e-1 0.717;
+        #   LoRA 2e-3 0.672, 4e-3 0.734, 8e-3 0.773, 1.6e-2 0.774, 3.2e-2 0.588;
+        #   fine-tuning 5e-5 0.659, 1e-4 0.769, 2e-4 0.817, 4e-4 0.803.
+        # 128 steps: frozen 3e-4 0.794, 1e-3 0.810, 3e-3 0.813, 1e-2 0.808, 3e-2 0.805, 1e-1 0.797;
+        #   LoRA 2e-3 0.846, 4e-3 0.844, 8e-3 0.853, 1.6e-2 0.585, 3.2e-2 0.585;
+        #   fine-tuning 5e-5 0.850, 1e-4 0.861, 2e-4 0.859, 4e-4 0.839.
+        learning_curve_lrs={32: {"frozen": 1e-3, "lora": 1.6e-2, "finetune": 2e-4},
+                            128: {"frozen": 3e-3, "lora": 8e-3, "finetune": 1e-4}},
         learning_curve_eval_size=None,  # all 872 dev sentences: seeds differ by a few points at most
         # The served tagging adapter (lesson 3): 2,000 sentences x 2 epochs, a budget choice. Its new 9-way
         # head's lr (LoRA at lora_lr, 1,000 validation sentences, entity F1): 1e-3 0.587, 1e-2 0.722.

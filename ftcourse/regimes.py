@@ -88,6 +88,24 @@ def epochs_for(size: int, min_examples: int, epochs: int = 1) -> int:
     return max(epochs, math.ceil(min_examples / size))
 
 
+LR_FIELDS = {"frozen": "probe_lr", "lora": "lora_lr", "finetune": "finetune_lr"}
+
+
+def budget_lrs(profile, steps: int) -> dict:
+    """regime -> the lr it trains at for ``steps`` optimiser steps: the profile's
+    ``learning_curve_lrs`` entry for that budget where there is one, else its own lr fields."""
+    chosen = profile.learning_curve_lrs.get(steps, {})
+    return {regime: chosen.get(regime, getattr(profile, name)) for regime, name in LR_FIELDS.items()}
+
+
+def at_budget(profile, steps: int, factors: dict | None = None):
+    """``profile`` with each regime's lr set for a budget of ``steps`` (``budget_lrs``), each
+    scaled by ``factors.get(regime, 1)``."""
+    factors = factors or {}
+    return profile.with_(**{LR_FIELDS[regime]: factors.get(regime, 1.0) * lr
+                            for regime, lr in budget_lrs(profile, steps).items()})
+
+
 def steps_for(size: int, epochs: int, batch_size: int) -> int:
     """The optimiser steps of ``epochs`` over ``size`` examples in batches of ``batch_size``."""
     return epochs * math.ceil(size / batch_size)
@@ -261,7 +279,7 @@ def run_regime(regime: str, encoder: nn.Module, train: datasets.Dataset, dev: da
 def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dataset, sizes, seeds,
                    profile=None, min_examples: int = 0, regimes=REGIMES, name: str = "sst2",
                    keep: tuple | None = None, pooling: str | None = None, equal_steps: bool = False,
-                   epochs: int | None = None):
+                   epochs: int | None = None, lr_factor: float = 1.0):
     """``run_regime`` for every regime, labelled-set size and seed. A set of size ``n`` for
     seed ``s`` is ``n`` examples drawn from ``pool`` with seed ``s`` (the whole pool when
     ``n`` is its size). Features for the frozen regime are extracted once for the pool.
@@ -270,7 +288,8 @@ def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dat
     regime reads features pooled by ``pooling`` (default: the profile's ``frozen_pooling``).
     ``equal_steps``: the frozen head takes as many optimiser steps as the trained regimes do at
     that size, instead of training to convergence, so no regime gets a bigger budget than another.
-    ``epochs``: the fewest a run trains (default the profile's ``epochs``).
+    ``epochs``: the fewest a run trains (default the profile's ``epochs``). Each run trains at its
+    regime's lr for its step budget (``at_budget``), times ``lr_factor`` (``recheck_at_lr``).
     Each result records its steps. Returns ``(results, kept_models)``."""
     profile = config.get_profile(profile)
     sizes = sorted(sizes)
@@ -289,10 +308,10 @@ def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dat
         train = pool.select(indices)
         features = pool_features[indices] if pool_features is not None else None
         run_epochs = epochs_for(size, min_examples, epochs or profile.epochs)
-        steps = steps_for(size, run_epochs, profile.regime_batch_size) if equal_steps else None
-        result, model = run_regime(regime, encoder, train, dev, profile, seed=seed, epochs=run_epochs,
-                                   train_features=features, dev_features=dev_features, keep_model=True,
-                                   probe_steps=steps)
+        steps = steps_for(size, run_epochs, profile.regime_batch_size)
+        result, model = run_regime(regime, encoder, train, dev, at_budget(profile, steps, {regime: lr_factor}),
+                                   seed=seed, epochs=run_epochs, train_features=features, dev_features=dev_features,
+                                   keep_model=True, probe_steps=steps if equal_steps else None)
         results.append(result)
         if keep == (size, seed):
             kept[regime] = model
@@ -330,32 +349,42 @@ def drops(summary: dict, regime: str) -> list[tuple[int, int]]:
 
 
 def recheck_at_lr(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dataset, sizes, seeds, profile=None,
-                  regime: str = "lora", factor: float = 4.0, min_examples: int = 0, epochs: int | None = None) -> dict:
+                  regime: str = "lora", factor: float = 4.0, min_examples: int = 0, epochs: int | None = None,
+                  equal_steps: bool = False) -> dict:
     """``regime`` again at ``sizes`` (where its curve fell) with the same subsets, seeds and steps,
-    at ``factor`` times its lr: ``summarize`` of those runs. If the fall goes away, the lr (too
+    at ``factor`` times its lr (pass the curve's ``equal_steps``): ``summarize`` of those runs. If the fall goes away, the lr (too
     small for so few steps) explains it; if it stays, the seeds' spread is the next suspect."""
-    profile = config.get_profile(profile)
-    field = {"lora": "lora_lr", "finetune": "finetune_lr"}[regime]
-    faster = profile.with_(**{field: factor * getattr(profile, field)})
-    results, _ = learning_curve(encoder, pool, dev, sizes, seeds, faster, min_examples=min_examples, regimes=(regime,),
-                                epochs=epochs)
+    results, _ = learning_curve(encoder, pool, dev, sizes, seeds, profile, min_examples=min_examples,
+                                regimes=(regime,), epochs=epochs, lr_factor=factor, equal_steps=equal_steps)
     return summarize(results)
 
 
-def fall_line(summary: dict, again: dict, regime: str, sizes: tuple, factor: float = 4.0) -> str:
-    """What ``recheck_at_lr`` found where ``regime`` fell between ``sizes``: does the fall go away
-    at ``factor`` times the lr, and is it larger than the seeds' spread?"""
+def within_spread(summary: dict, regime: str, sizes: tuple) -> bool:
+    """Is ``regime``'s fall between ``sizes`` no larger than the seeds' spread (the larger
+    standard deviation of the two)? Then seed variance explains it and no rerun is needed."""
+    small, large = (summary[(regime, size)] for size in sizes)
+    return small["mean"] - large["mean"] <= max(small["std"], large["std"])
+
+
+def fall_line(summary: dict, again: dict | None, regime: str, sizes: tuple, factor: float = 4.0) -> str:
+    """What explains ``regime``'s fall between ``sizes``: the seeds' spread (``within_spread``;
+    ``again`` may then be ``None``), or else what ``recheck_at_lr`` found at ``factor`` times the
+    lr. The lr explains the fall only if the rerun rises between the sizes *and* beats the
+    original at the larger one: a rerun that collapses at both sizes explains nothing."""
     small, large = sizes
     first, second = summary[(regime, small)], summary[(regime, large)]
-    spread = max(first["std"], second["std"])
-    fixed = again[(regime, large)]["mean"] >= again[(regime, small)]["mean"]
-    return (f"{regime} falls from {first['mean']:.3f} ± {first['std']:.3f} at {small} examples to {second['mean']:.3f} "
-            f"± {second['std']:.3f} at {large} ({_steps_text(first['steps'])} and "
-            f"{_steps_text(second['steps'])} steps); the fall is "
-            f"{'larger' if first['mean'] - second['mean'] > spread else 'no larger'} than the seeds' spread. At {factor:g}x "
-            f"its lr: {again[(regime, small)]['mean']:.3f} and {again[(regime, large)]['mean']:.3f}, so the fall "
-            + ("goes away: the lr, too small for so few steps, explains it" if fixed else
-               "stays: the lr does not explain it"))
+    line = (f"{regime} falls from {first['mean']:.3f} ± {first['std']:.3f} at {small} examples to {second['mean']:.3f} "
+            f"± {second['std']:.3f} at {large} ({_steps_text(first['steps'])} and {_steps_text(second['steps'])} steps)")
+    if within_spread(summary, regime, sizes):
+        return line + ": no larger than the seeds' spread, so seed variance explains it, not the lr or the steps"
+    if again is None:
+        raise ValueError(f"{regime}'s fall between {small} and {large} is larger than the seeds' spread: "
+                         "pass what recheck_at_lr found there.")
+    low, high = again[(regime, small)]["mean"], again[(regime, large)]["mean"]
+    fixed = high >= low and high > second["mean"]
+    why = "too small for so few steps" if factor > 1 else "too large for these steps"
+    return (line + f", more than the seeds' spread. At {factor:g}x its lr: {low:.3f} and {high:.3f}, so the fall "
+            + (f"goes away: the lr, {why}, explains it" if fixed else "stays: the lr does not explain it"))
 
 
 def crossover(summary: dict, low: str = "frozen", high: str = "finetune") -> int | None:
@@ -409,12 +438,14 @@ def budget_table(sizes, min_examples: int, epochs: int, batch_size: int | None =
     """For each labelled-set size: the epochs a run trains (at least ``epochs``, and enough to
     see ``min_examples``) and the optimiser steps that makes in batches of ``batch_size``
     (default: ``profile``'s ``regime_batch_size``)."""
-    batch_size = batch_size or config.get_profile(profile).regime_batch_size
+    profile = config.get_profile(profile)
+    batch_size = batch_size or profile.regime_batch_size
     rows = []
     for size in sorted(sizes):
         n = epochs_for(size, min_examples, epochs)
-        rows.append([size, n, steps_for(size, n, batch_size)])
-    return Table(["examples", "epochs", "optimiser steps"], rows)
+        steps = steps_for(size, n, batch_size)
+        rows.append([size, n, steps, *(f"{lr:g}" for lr in budget_lrs(profile, steps).values())])
+    return Table(["examples", "epochs", "optimiser steps", *(f"{r} lr" for r in LR_FIELDS)], rows)
 
 
 REGIME_LABELS = {"frozen": "frozen head", "lora": "LoRA", "finetune": "full fine-tuning"}

@@ -169,11 +169,24 @@ def test_the_curve_table_prints_every_runs_steps_and_the_fall_is_read_against_th
     assert summary[("lora", 64)]["steps"] == (32,)
     table = regimes.learning_curve_table(summary)
     assert table.columns[-1] == "steps (every run)" and [row[-1] for row in table.rows] == ["32", "32"]
+    assert not regimes.within_spread(summary, "lora", (64, 256))  # 0.04 down, seeds spread by 0.01
     fixed = {("lora", 64): {"mean": 0.70}, ("lora", 256): {"mean": 0.74}}
     line = regimes.fall_line(summary, fixed, "lora", (64, 256))
-    assert "larger than the seeds' spread" in line and line.endswith("the lr, too small for so few steps, explains it")
+    assert "more than the seeds' spread" in line and line.endswith("the lr, too small for so few steps, explains it")
     stays = {("lora", 64): {"mean": 0.60}, ("lora", 256): {"mean": 0.55}}
     assert regimes.fall_line(summary, stays, "lora", (64, 256)).endswith("stays: the lr does not explain it")
+    # a rerun that collapses to chance at both sizes "rises" by nothing and explains nothing
+    collapsed = {("lora", 64): {"mean": 0.509}, ("lora", 256): {"mean": 0.509}}
+    assert regimes.fall_line(summary, collapsed, "lora", (64, 256)).endswith("stays: the lr does not explain it")
+    with pytest.raises(ValueError, match="recheck_at_lr"):
+        regimes.fall_line(summary, None, "lora", (64, 256))
+
+
+def test_a_fall_within_the_seeds_spread_is_read_as_seed_variance():
+    summary = {("lora", 256): {"mean": 0.752, "std": 0.014, "steps": (32,)},
+               ("lora", 512): {"mean": 0.742, "std": 0.018, "steps": (32,)}}
+    assert regimes.within_spread(summary, "lora", (256, 512))
+    assert regimes.fall_line(summary, None, "lora", (256, 512)).endswith("seed variance explains it, not the lr or the steps")
 
 
 def test_the_recheck_reruns_only_that_regime_at_those_sizes_at_a_larger_lr(monkeypatch):
@@ -190,3 +203,27 @@ def test_the_recheck_reruns_only_that_regime_at_those_sizes_at_a_larger_lr(monke
     summary = regimes.recheck_at_lr(None, pool, pool, (8, 40), (0, 1), profile, "lora", min_examples=32, epochs=1)
     assert set(summary) == {("lora", 8), ("lora", 40)}
     assert seen == [("lora", n, s, e, pytest.approx(4e-3)) for n, e in ((8, 4), (40, 1)) for s in (0, 1)]
+
+
+def test_each_run_trains_at_the_lr_chosen_for_its_step_budget(monkeypatch):
+    seen = []
+
+    def fake_run(regime, encoder, train, dev, profile, seed=0, epochs=1, **kwargs):
+        seen.append((regime, len(train), getattr(profile, regimes.LR_FIELDS[regime])))
+        result = regimes.RegimeResult(regime, len(train), seed, epochs, 0.5, 1, 1.0, 0, 4, epochs)
+        return (result, None) if kwargs.get("keep_model") else result
+
+    monkeypatch.setattr(regimes, "run_regime", fake_run)
+    pool = datasets.Dataset.from_dict({"input_ids": [[2, 3]] * 64, "attention_mask": [[1, 1]] * 64, "labels": [0, 1] * 32})
+    # 8 examples seen twice: 2 steps of batch 16; 64 examples once: 4 steps, a budget the table leaves out
+    profile = regimes.config.get_profile("smoke").with_(lora_lr=1e-3, finetune_lr=1e-4, regime_batch_size=16,
+                                                        learning_curve_lrs={2: {"lora": 8e-3}})
+    regimes.learning_curve(None, pool, pool, (8, 64), (0,), profile, min_examples=16, regimes=("lora", "finetune"),
+                           epochs=1)
+    assert seen == [("lora", 8, 8e-3), ("finetune", 8, 1e-4), ("lora", 64, 1e-3), ("finetune", 64, 1e-4)]
+    assert regimes.budget_lrs(profile, 2) == {"frozen": profile.probe_lr, "lora": 8e-3, "finetune": 1e-4}
+    again = regimes.at_budget(profile, 2, {"lora": 4.0})
+    assert again.lora_lr == pytest.approx(3.2e-2) and again.finetune_lr == 1e-4
+    table = regimes.budget_table((8, 64), 16, 1, profile=profile)
+    assert table.columns == ["examples", "epochs", "optimiser steps", "frozen lr", "lora lr", "finetune lr"]
+    assert [row[:5] for row in table.rows] == [[8, 2, 2, f"{profile.probe_lr:g}", "0.008"], [64, 1, 4, f"{profile.probe_lr:g}", "0.001"]]

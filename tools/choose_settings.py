@@ -17,7 +17,8 @@ Sweeps:
 - ``exercise_lora_lr``: the exercise's LoRA at the exercise's budget (1 epoch of batch 32);
 - ``readout_lr``: lesson 2's BiLSTM on frozen CoNLL-2003 features, ``readout_epochs`` epochs;
 - ``adapter_head_lr``: lesson 3's LoRA tagger, CoNLL-2003, 2,000 sentences, 2 epochs;
-- ``siamese_epochs``: lesson 4's siamese training of the raw encoder, both poolings, 3 and 4 epochs.
+- ``siamese_epochs``: lesson 4's siamese training of the raw encoder, both poolings, 3 and 4 epochs;
+- ``learning_curve_lrs``: lesson 3's three regimes at each step budget of its learning curve.
 """
 
 from __future__ import annotations
@@ -156,7 +157,40 @@ def siamese_epochs(profile, tokenizer, encoder) -> None:
                 spearman_error_x100(max(scores.values()), held.num_rows))
 
 
-SWEEPS = {f.__name__: f for f in (epochs, lora_lr, exercise_lora_lr, readout_lr, adapter_head_lr, siamese_epochs)}
+# Each grid reaches past its best on both sides at both budgets (a first pass stopped at 3e-3 for the
+# frozen head and 1.6e-2 for LoRA, both at an edge, so those edges were widened).
+CURVE_GRIDS = {"frozen": (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1), "lora": (2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2),
+               "finetune": (5e-5, 1e-4, 2e-4, 4e-4)}
+
+
+def learning_curve_lrs(profile, tokenizer, encoder) -> None:
+    """Lesson 3's curve gives every regime the same optimiser steps at a size: 32 for the small
+    sets, 128 at the largest (``regimes.budget_table``). Each regime's lr is chosen at each of
+    those budgets, on one epoch of ``steps x regime_batch_size`` sentences; the frozen head takes
+    the same number of full-batch steps."""
+    sizes, batch = profile.learning_curve_sizes, profile.regime_batch_size
+    budgets = sorted({regimes.steps_for(size, regimes.epochs_for(size, profile.learning_curve_min_examples,
+                                                                  profile.learning_curve_epochs or profile.epochs), batch)
+                      for size in sizes})
+    chosen = {}
+    for steps in budgets:
+        train, validation = sst2_parts(profile, tokenizer, steps * batch)
+        features = [regimes.cached_features(encoder, part, f"choose-sst2-{name}", profile.frozen_pooling)[0]
+                    for name, part in ((f"train-{train.num_rows}", train), ("validation", validation))]
+        chosen[steps] = {}
+        for regime, grid in CURVE_GRIDS.items():
+            field = regimes.LR_FIELDS[regime]
+            scores = {lr: regimes.run_regime(regime, encoder, train, validation, profile.with_(**{field: lr}), epochs=1,
+                                             train_features=features[0], dev_features=features[1],
+                                             probe_steps=steps).accuracy for lr in grid}
+            _report(f"learning_curve_lrs[{steps}][{regime}] (SST-2, {train.num_rows:,} sentences, {steps} steps)",
+                    scores, "accuracy")
+            chosen[steps][regime] = choose(scores)
+    print(f"learning_curve_lrs={chosen}", flush=True)
+
+
+SWEEPS = {f.__name__: f for f in (epochs, lora_lr, exercise_lora_lr, readout_lr, adapter_head_lr, siamese_epochs,
+                                  learning_curve_lrs)}
 
 
 def main(argv=None) -> None:
