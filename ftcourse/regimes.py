@@ -351,9 +351,9 @@ def drops(summary: dict, regime: str) -> list[tuple[int, int]]:
 def recheck_at_lr(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dataset, sizes, seeds, profile=None,
                   regime: str = "lora", factor: float = 4.0, min_examples: int = 0, epochs: int | None = None,
                   equal_steps: bool = False) -> dict:
-    """``regime`` again at ``sizes`` (where its curve fell) with the same subsets, seeds and steps,
-    at ``factor`` times its lr (pass the curve's ``equal_steps``): ``summarize`` of those runs. If the fall goes away, the lr (too
-    small for so few steps) explains it; if it stays, the seeds' spread is the next suspect."""
+    """``regime`` again at ``sizes`` (where its curve fell by more than the seeds' spread) with the
+    same subsets, seeds and steps (pass the curve's ``equal_steps``), at ``factor`` times its lr:
+    ``summarize`` of those runs, for ``fall_line`` to read."""
     results, _ = learning_curve(encoder, pool, dev, sizes, seeds, profile, min_examples=min_examples,
                                 regimes=(regime,), epochs=epochs, lr_factor=factor, equal_steps=equal_steps)
     return summarize(results)
