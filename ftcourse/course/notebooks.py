@@ -25,10 +25,12 @@ from pathlib import Path
 import nbformat
 
 from ..config import REPO_ROOT
+from . import freshness
 from .catalog import NOTEBOOK_FOLDERS, course_notebooks
+from .freshness import STAMP_KEY
 from .site import AUDIENCES, SiteError, build_sites
 
-KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info")
+KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info", STAMP_KEY)  # the stamp: what it was executed from
 KEPT_CELL_METADATA = ("tags",)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 # Notebooks expected to stop with an error: the student exercise stubs raise NotImplementedError.
@@ -51,10 +53,13 @@ MAX_PARALLEL_NOTEBOOKS = 2
 def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Strip everything but content: stray metadata, widget state, timing records."""
     language = nb.metadata.get("language_info", {})
+    stamp = nb.metadata.get(STAMP_KEY)
     nb.metadata = nbformat.NotebookNode(
         kernelspec=KERNELSPEC,
         language_info={"name": language.get("name", "python")},
     )
+    if stamp:
+        nb.metadata[STAMP_KEY] = stamp
     for cell in nb.cells:
         cell.metadata = nbformat.NotebookNode(
             {k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA and v}
@@ -131,6 +136,8 @@ def execute(path: Path, *, timeout: int = 1800, allow_errors: bool = False, cwd:
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
+    # What the outputs will come from, digested before the kernel starts (ftcourse.course.freshness).
+    executed_from = freshness.stamp(nb)
     started = {}
 
     def cell_started(cell, cell_index, **_):
@@ -165,6 +172,7 @@ def execute(path: Path, *, timeout: int = 1800, allow_errors: bool = False, cwd:
         finally:
             if manager.has_kernel:
                 manager.shutdown_kernel(now=True)
+    nb.metadata[STAMP_KEY] = executed_from
     return clean(nb)
 
 
@@ -414,6 +422,11 @@ def main(argv=None) -> int:
     run = sub.add_parser("execute", help="execute notebooks in place and save them clean")
     run.add_argument("paths", nargs="*", type=Path)
     run.add_argument("--timeout", type=int, default=1800)
+    run.add_argument("--stale", action="store_true",
+                     help="only the notebooks whose stamp no longer matches their inputs (see `stale`)")
+    stale = sub.add_parser("stale", help="list the committed notebooks whose outputs may not come from the "
+                           "current code, and why (ftcourse.course.freshness)")
+    stale.add_argument("paths", nargs="*", type=Path)
     tidy = sub.add_parser("clean", help="clean notebooks in place without running them")
     tidy.add_argument("paths", nargs="*", type=Path)
     check = sub.add_parser("check", help="list what makes notebooks unclean")
@@ -429,7 +442,16 @@ def main(argv=None) -> int:
 
     paths = [p.resolve() for p in getattr(args, "paths", [])] or course_notebooks()
     if args.command == "execute":
+        if args.stale:
+            paths = [p for p in paths if freshness.stale_reasons(nbformat.read(p, as_version=4))]
+            print(f"{len(paths)} stale notebook{'s' if len(paths) != 1 else ''}" + (":" if paths else ""), flush=True)
         execute_in_place(paths, timeout=args.timeout)
+    elif args.command == "stale":
+        stale = {p: freshness.stale_reasons(nbformat.read(p, as_version=4)) for p in paths}
+        for path, reasons in stale.items():
+            if reasons:
+                print(f"{path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}: " + "; ".join(reasons))
+        return 1 if any(stale.values()) else 0
     elif args.command == "clean":
         clean_in_place(paths)
     elif args.command == "check":
