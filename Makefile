@@ -1,6 +1,6 @@
 # ftcourse: two commands do all the setup on a fresh machine.
 #   make course   executes every notebook (offline profile) into build/, with HTML pages
-#   make test     runs the package's tests and nbval on every notebook
+#   make test     runs nbval on every notebook (smoke profile), then the package's tests
 #   make lab      opens JupyterLab on the course
 # Each creates the virtual environment (.venv) when it is missing.
 
@@ -49,30 +49,33 @@ system-packages:
 	fi
 
 # The suite runs in parallel (pytest-xdist): TEST_JOBS workers, each on its share of the cores
-# (a worker's torch and its notebook kernels get CORES / TEST_JOBS threads), one notebook or one
-# test file per worker at a time, the heaviest notebooks first (ftcourse.course.notebooks order).
+# (a worker's torch and its notebook kernels get CORES / TEST_JOBS threads). A worker takes one scope
+# at a time (--dist loadscope: a test file, a test class, a notebook), heaviest first by the seconds
+# each took when last measured (tests/suite_order.py reads data/suite_timings.json; files go to the
+# workers in the order given, --no-loadscope-reorder). `make test RECORD_TIMINGS=1` re-measures them.
 CORES      := $(shell nproc 2>/dev/null || echo 1)
 TEST_JOBS  ?= $(shell n=$(CORES); [ $$n -gt 4 ] && n=4; echo $$n)
 TEST_THREADS = $(shell t=$$(( $(CORES) / $(TEST_JOBS) )); [ $$t -lt 1 ] && t=1; echo $$t)
-# Files go to the workers in the order given (--no-loadscope-reorder): xdist's default sorts them by
-# their number of tests, which sent lesson 3b (23 minutes, 18 cells) out 55 minutes into a run.
-PARALLEL   = -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
-# The slowest test files (a notebook each under the paper-smoke profile; a class of hostile
-# submissions each), started first beside the heaviest notebooks; pytest collects each file once.
-HEAVY_TESTS := tests/test_paper_profile.py tests/test_grading_verdicts.py tests/test_grading_hostile.py
+PARALLEL   = -n $(TEST_JOBS) --dist loadscope --no-loadscope-reorder -p no:cacheprovider \
+             $(if $(RECORD_TIMINGS),--record-timings data/suite_timings.json,)
 THREADS    = OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS)
+ORDER      = $(BIN)/python tests/suite_order.py
+# CI executes every notebook once under nbval, at the smoke profile: the offline profile's code path
+# and models on a few dozen examples, in seconds. That proves no cell raises and the checked cells'
+# facts; that the committed figures come from the current code is proven by each notebook's stamp
+# (tests/test_freshness.py; `python -m ftcourse.course.notebooks execute --stale` re-executes the stale).
+NBVAL      = --nbval-lax --sanitize-with tests/nbval_sanitize.cfg
 
 test-package: install
-	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) $(HEAVY_TESTS) tests
+	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) $$($(ORDER) tests)
 
 test-notebooks: install
-	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
-	  $$($(BIN)/python -m ftcourse.course.notebooks order)
+	$(THREADS) FTCOURSE_PROFILE=smoke $(BIN)/python -m pytest $(PARALLEL) $(NBVAL) $$($(ORDER) notebooks)
 
-# Both at once, balanced over the workers: what `make test` runs after the system packages.
+# Both, the notebooks first (minutes), each reported; fails if either failed: what `make test` runs.
 test-all: install
-	$(THREADS) $(BIN)/python -m pytest $(PARALLEL) --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
-	  $(HEAVY_TESTS) $$($(BIN)/python -m ftcourse.course.notebooks order) tests
+	@status=0; $(MAKE) --no-print-directory test-notebooks || status=1; \
+	$(MAKE) --no-print-directory test-package || status=1; exit $$status
 
 lab: install
 	$(BIN)/jupyter lab notebooks

@@ -241,14 +241,16 @@ def shrunk(base: Profile, examples: int, **changes) -> Profile:
                       adapted_pair_train_size=examples, adapted_pair_epochs=1, text_loop_size=examples, **changes)
 
 
-# The offline profile shrunk: for tests and the grader's own tests (``ftcourse grade --profile smoke``).
+# The offline profile shrunk: what CI executes every notebook at under nbval (the offline code path
+# in seconds; the committed outputs' freshness is proven by their stamps, ftcourse.course.freshness),
+# and the grader's own tests (``ftcourse grade --profile smoke``).
 PROFILES["smoke"] = shrunk(
     PROFILES["offline"], 32,
     name="smoke",
     description="the offline profile shrunk to seconds, for testing notebooks end to end (numbers mean nothing)",
     train_sizes={name: 64 for name in PROFILES["offline"].train_sizes},
     eval_sizes={name: 64 for name in PROFILES["offline"].eval_sizes},
-    max_length=32,
+    max_length=64,  # as offline: at 32, lesson 1's question-answer example loses its answer span
 )
 
 # The exercise sized for grading a class (``ftcourse grade``'s default): the verdicts check that each

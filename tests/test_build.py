@@ -22,21 +22,23 @@ def small_notebook(path: Path, source: str) -> Path:
     return path
 
 
-def test_the_heaviest_notebooks_go_first_and_unknown_ones_last_in_course_order(tmp_path):
+def test_the_heaviest_notebooks_go_first_by_their_measured_seconds_and_unmeasured_ones_last(tmp_path):
     names = ["notebooks/01_composition", "notebooks/02_feature_readout", "notebooks/07_new", "notebooks/06_new",
              "solutions/05_exercise_bert_base", "notebooks/05_exercise_bert_base"]
     paths = [tmp_path / f"{name}.ipynb" for name in names]
-    order = [f"{p.parent.name}/{p.stem}" for p in notebooks.build_order(paths)]
-    assert order[0] == notebooks.HEAVIEST_FIRST[0] == "solutions/05_exercise_bert_base"
-    assert order.index("notebooks/02_feature_readout") < order.index("notebooks/01_composition")
-    assert order[-3:] == ["notebooks/07_new", "notebooks/06_new", "notebooks/05_exercise_bert_base"]
+    timings = {"notebooks/01_composition": {"seconds": 100.0}, "notebooks/02_feature_readout": {"seconds": 300.0},
+               "solutions/05_exercise_bert_base": {"seconds": 500.0}, "notebooks/05_exercise_bert_base": {"seconds": 9.0}}
+    order = [f"{p.parent.name}/{p.stem}" for p in notebooks.build_order(paths, timings)]
+    assert order == ["solutions/05_exercise_bert_base", "notebooks/02_feature_readout", "notebooks/01_composition",
+                     "notebooks/05_exercise_bert_base", "notebooks/07_new", "notebooks/06_new"]
+    timings["notebooks/01_composition"]["seconds"] = 900.0  # a new measurement reorders the build
+    assert notebooks.build_order(paths, timings)[0].stem == "01_composition"
 
 
-def test_every_committed_notebook_that_trains_has_a_place_in_the_order():
-    named = set(notebooks.HEAVIEST_FIRST)
+def test_every_committed_notebook_has_a_measured_time():
+    measured = notebooks.read_timings()
     for path in notebooks.course_notebooks():
-        if path.parent.name == "solutions" or "exercise" not in path.name:  # the stubs stop in seconds
-            assert f"{path.parent.name}/{path.stem}" in named, path
+        assert f"{path.parent.name}/{path.stem}" in measured, path
 
 
 def test_jobs_follow_the_cores_and_stay_at_one_on_a_gpu(monkeypatch):

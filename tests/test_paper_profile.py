@@ -306,8 +306,7 @@ def paper_smoke_kernel(paper_hub, shared_data, paper_smoke_cache, monkeypatch):
     return paper_hub
 
 
-@pytest.mark.parametrize("path", course.course_notebooks(), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_notebook_runs_under_the_paper_profile(path, paper_smoke_kernel):
+def _runs_under_the_paper_profile(path):
     student_copy = bool(course.EXPECTED_TO_RAISE.search(path.name)) and path.parent.name == "notebooks"
     nb = course.execute(path, timeout=NOTEBOOK_TIMEOUT, allow_errors=student_copy, cwd=path.parent)
     text = "\n".join(_texts(nb))
@@ -387,3 +386,25 @@ NOTEBOOK_CHECKS = {
     "notebooks/04b_span_and_pair_heads": [_lesson4b],
     "solutions/05_exercise_bert_base": [_exercise_solution],
 }
+
+
+# One test class per notebook: xdist (--dist loadscope) hands each class to a worker as a unit, so the
+# notebooks spread over the workers, heaviest first by their measured seconds (tests/suite_order.py).
+import suite_order  # noqa: E402
+
+
+def _notebook_class(path):
+    key = f"{path.parent.name}/{path.stem}"
+
+    def test_runs_under_the_paper_profile(self, paper_smoke_kernel):
+        _runs_under_the_paper_profile(path)
+
+    name = "TestPaperSmoke_" + re.sub(r"\W", "_", key)
+    return name, type(name, (), {"test_runs_under_the_paper_profile": test_runs_under_the_paper_profile,
+                                 "__doc__": f"{key} end to end under the paper-smoke profile."})
+
+
+_classes = dict(_notebook_class(path) for path in course.course_notebooks())
+for _name in suite_order.heaviest_first([f"tests/test_paper_profile.py::{n}" for n in _classes]):
+    _name = _name.split("::")[1]
+    globals()[_name] = _classes[_name]

@@ -4,6 +4,7 @@ Students never need to import these; the lessons' concepts are in ``ftcourse`` i
 
 - ``catalog``: which notebooks make the course, in order;
 - ``notebooks``: execute, clean and check notebooks; ``build`` runs the whole course;
+- ``freshness``: each executed notebook's stamp of its inputs, and whether a committed one is stale;
 - ``site``: the course as a website (Jupyter Book) from the executed notebooks;
 - ``layout``: the package's module map, read from the modules' own docstrings;
 - ``exercise``: the student copies of the exercise, generated from the solved ones;

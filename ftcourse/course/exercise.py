@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 
 from ..config import REPO_ROOT
+from .freshness import STAMP_KEY
 from .notebooks import clean
 
 BEGIN = "### BEGIN SOLUTION"
@@ -148,6 +149,7 @@ def dependent_cells(sources: list[str], stub_cells: set[int]) -> set[int]:
 def student_version(solution: nbformat.NotebookNode, name: str = "the solution") -> nbformat.NotebookNode:
     """The student's notebook made from a solved one (see the module's docstring)."""
     nb = copy.deepcopy(solution)
+    nb.metadata.pop(STAMP_KEY, None)  # the solution's stamp: the student copy gets its own when executed
     stub_cells, code_indices = set(), []
     for index, cell in enumerate(nb.cells):
         where = f"{name}, cell {index}"

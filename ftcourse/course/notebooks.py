@@ -37,12 +37,6 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 EXPECTED_TO_RAISE = re.compile(r"exercise")
 # Absolute paths of this machine must not leak into committed outputs.
 MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/|/Users/|[A-Z]:\\\\)")
-# A build runs the heaviest notebooks first, so that notebooks running side by side finish
-# together (longest first). Only the order depends on this list (offline profile, heaviest
-# first); a notebook not named here runs after these, in course order.
-HEAVIEST_FIRST = ("solutions/05_exercise_bert_base", "notebooks/03b_peft_frontier", "notebooks/03_costs_and_lora",
-                  "notebooks/03c_between_the_extremes", "notebooks/04_cls_vs_sbert", "notebooks/04b_span_and_pair_heads",
-                  "notebooks/02_feature_readout", "notebooks/01_composition")
 # Notebooks a CPU build runs at once. The course's encoders are small: one kernel on 2 threads
 # trains only 1.2x (the 4 x 128 siamese encoder) to 1.55x (MiniLM) faster than on 1 thread, so two
 # 1-thread kernels side by side get through more work (bench/README.md). Each kernel peaks near
@@ -205,10 +199,14 @@ def clean_in_place(paths: list[Path]) -> None:
         nbformat.write(clean(nb), path)
 
 
-def build_order(paths: list[Path]) -> list[Path]:
-    """``paths`` heaviest first (``HEAVIEST_FIRST``), then the rest in course order."""
-    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
-    return sorted(paths, key=lambda p: rank.get(f"{p.parent.name}/{p.stem}", len(rank)))
+def build_order(paths: list[Path], timings: dict | None = None) -> list[Path]:
+    """``paths`` heaviest first by their measured seconds (``timings``, default the committed
+    figures of a measured build, ``data/notebook_timings.json``), so that notebooks running side by
+    side finish together; a notebook never measured goes last, in course order."""
+    timings = read_timings() if timings is None else timings
+    measured = {key: entry.get("seconds", 0.0) for key, entry in timings.items()}
+    return sorted(paths, key=lambda p: (f"{p.parent.name}/{p.stem}" not in measured,
+                                        -measured.get(f"{p.parent.name}/{p.stem}", 0.0)))
 
 
 def default_jobs(count: int) -> int:
@@ -227,12 +225,12 @@ TIMINGS_NAME = "timings.json"
 MEASURED_TIMINGS = REPO_ROOT / "data" / "notebook_timings.json"
 
 
-def read_timings(out: Path) -> dict:
+def read_timings(out: Path | None = None) -> dict:
     """``{"notebooks/01_composition": {"seconds": s, "cells": {index: s}}}`` from the last build
     into ``out``, else from the committed measured build, else empty."""
     import json
 
-    for source in (out / TIMINGS_NAME, MEASURED_TIMINGS):
+    for source in ([out / TIMINGS_NAME] if out is not None else []) + [MEASURED_TIMINGS]:
         try:
             return json.loads(source.read_text())
         except (OSError, ValueError):
@@ -391,7 +389,7 @@ def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = 
         threading.Thread(target=ticker, daemon=True).start()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         running = {pool.submit(_execute_into, path, out, timeout, threads, progress): path
-                   for path in build_order(paths)}
+                   for path in build_order(paths, progress.previous)}
         for done in as_completed(running):
             path = running[done]
             outcome, _ = done.result()
