@@ -162,6 +162,23 @@ def test_a_log_gets_a_line_even_in_the_middle_of_a_long_cell(tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_the_time_left_counts_down_while_a_cell_runs(tmp_path, capsys, monkeypatch):
+    path = small_notebook(tmp_path / "notebooks" / "01_lesson.ipynb", "import time; time.sleep(600)")
+    key = "notebooks/01_lesson"
+    progress = notebooks.BuildProgress([path], {key: {"seconds": 400.0, "cells": {"1": 300.0, "2": 100.0}}},
+                                       live=False, every=0.0)
+    clock = [1000.0]
+    monkeypatch.setattr(notebooks.time, "perf_counter", lambda: clock[0])
+    progress.start(path)
+    capsys.readouterr()
+    readings = []
+    for spent in (0, 120, 290, 500):  # seconds into cell 1, measured at 300 s last time
+        clock[0] = 1000.0 + spent
+        progress.tick()
+        readings.append(capsys.readouterr().out.split("about ")[1].split(" left")[0])
+    assert readings == ["6:40", "4:40", "1:50", "1:40"]  # never below what the cells after it take
+
+
 def test_a_kernel_is_shut_down_when_its_notebook_is_done(tmp_path):
     import psutil
 

@@ -239,7 +239,8 @@ def read_timings(out: Path | None = None) -> dict:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+    seconds = round(seconds)
+    return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 class BuildProgress:
@@ -255,29 +256,37 @@ class BuildProgress:
                                          if c.cell_type == "code"] for p in paths}
         self.measured: dict[str, dict] = {}
         self._bars, self._started, self._printed, self._done, self._last_cell = {}, {}, {}, {}, {}
+        self._cell_done_at: dict[str, float] = {}  # when the notebook's last cell finished (or it started)
         self._lock = threading.Lock()
 
     @staticmethod
     def key(path: Path) -> str:
         return f"{path.parent.name}/{path.stem}"
 
-    def left(self, key: str, index: int) -> float | None:
+    def left(self, key: str, index: int, running_for: float = 0.0) -> float | None:
+        """Seconds left after cell ``index`` finished, by the last measured build, counting down
+        while the next cell has run ``running_for`` seconds (never below the cells after it)."""
         cells = self.previous.get(key, {}).get("cells")
         if not cells:
             return None
-        return sum(seconds for i, seconds in cells.items() if int(i) > index)
+        ahead = sorted((int(i), seconds) for i, seconds in cells.items() if int(i) > index)
+        if not ahead:
+            return 0.0
+        (_, running), rest = ahead[0], ahead[1:]
+        return max(running - running_for, 0.0) + sum(seconds for _, seconds in rest)
 
     def line(self, key: str, index: int | None = None) -> str:
         done, total = self._done.get(key, 0), len(self.code_cells[key])
-        spent = time.perf_counter() - self._started[key]
-        left = self.left(key, index if index is not None else -1)
+        now = time.perf_counter()
+        spent = now - self._started[key]
+        left = self.left(key, index if index is not None else -1, now - self._cell_done_at.get(key, now))
         return (f"{key:<34} {done:>3}/{total:<3} cells  {_minutes(spent)} spent, "
                 + (f"about {_minutes(max(left, 0))} left" if left is not None else "time left unknown (first build)"))
 
     def start(self, path: Path) -> None:
         key = self.key(path)
         with self._lock:
-            self._started[key] = self._printed[key] = time.perf_counter()
+            self._started[key] = self._printed[key] = self._cell_done_at[key] = time.perf_counter()
             self.measured[key] = {"seconds": 0.0, "cells": {}}
             if self.live:
                 from tqdm.auto import tqdm
@@ -286,7 +295,7 @@ class BuildProgress:
                 self._bars[key] = tqdm(total=len(self.code_cells[key]), desc=key, unit="cell", leave=False,
                                        position=len(self._bars), dynamic_ncols=True,
                                        bar_format="{desc:<34} {bar:20} {n_fmt}/{total_fmt} cells  {elapsed} spent"
-                                       + (f" of about {_minutes(estimate)}" if estimate else ""))
+                                       + (f" of about {_minutes(estimate)}" if estimate else "") + "{postfix}")
             else:
                 print(f"{key:<34} started" + (f" (last time {_minutes(self.previous[key]['seconds'])})"
                                               if key in self.previous else ""), flush=True)
@@ -296,6 +305,7 @@ class BuildProgress:
         with self._lock:
             self.measured[key]["cells"][str(index)] = round(seconds, 2)
             self._done[key] = self._done.get(key, 0) + 1
+            self._cell_done_at[key] = time.perf_counter()
             if key in self._bars:
                 self._bars[key].update(1)
             elif time.perf_counter() - self._printed[key] >= self.every:
@@ -304,12 +314,19 @@ class BuildProgress:
             self._last_cell[key] = index
 
     def tick(self) -> None:
-        """On a log, a line for each notebook that printed nothing for ``every`` seconds, even
-        in the middle of a long cell: a build never goes quiet for minutes."""
+        """The time left counts down even in the middle of a long cell: a live bar's estimate is
+        refreshed; a log gets a line for each notebook that printed nothing for ``every`` seconds,
+        so a build never goes quiet for minutes."""
         with self._lock:
             for key in list(self._started):
-                if key in self.measured and self.measured[key]["seconds"] == 0.0 and \
-                        time.perf_counter() - self._printed[key] >= self.every:
+                if key not in self.measured or self.measured[key]["seconds"] != 0.0:
+                    continue  # finished
+                if key in self._bars:
+                    now = time.perf_counter()
+                    left = self.left(key, self._last_cell.get(key, -1), now - self._cell_done_at.get(key, now))
+                    if left is not None:
+                        self._bars[key].set_postfix_str(f"about {_minutes(left)} left")
+                elif time.perf_counter() - self._printed[key] >= self.every:
                     self._printed[key] = time.perf_counter()
                     print(self.line(key, self._last_cell.get(key)), flush=True)
 
@@ -385,8 +402,7 @@ def build(out: Path, timeout: int = 1800, site: bool = True, jobs: int | None = 
         while not finished.wait(5.0):
             progress.tick()
 
-    if not progress.live:
-        threading.Thread(target=ticker, daemon=True).start()
+    threading.Thread(target=ticker, daemon=True).start()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         running = {pool.submit(_execute_into, path, out, timeout, threads, progress): path
                    for path in build_order(paths, progress.previous)}
