@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, replace
 import datasets
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from . import config, data, heads, training
 from .regimes import accuracy_on
@@ -146,16 +147,19 @@ def partial_freezing(encoder: nn.Module, train, dev, profile=None, ks=None, seed
     ks = freezing_depths(encoder) if ks is None else ks
     rank = profile.lora_rank if lora_rank is None else lora_rank
     runs = []
-    for seed in seeds:
-        runs.append(train_and_score("partial freezing", "nothing frozen", copy.deepcopy(encoder), train, dev,
-                                    _recipe(profile, seed, head_lr), profile.frozen_pooling))
-        for k in ks:
-            runs.append(train_and_score("partial freezing", f"k={k}", freeze_lower(copy.deepcopy(encoder), k), train,
-                                        dev, _recipe(profile, seed, head_lr), profile.frozen_pooling, k=k))
-        if rank:
+    # One bar over every run (its estimate of the time left is tqdm's), seed by seed as before.
+    settings = [(seed, k) for seed in seeds for k in (None, *ks, *(["lora"] if rank else []))]
+    for seed, k in tqdm(settings, desc="partial freezing"):
+        if k is None:
+            runs.append(train_and_score("partial freezing", "nothing frozen", copy.deepcopy(encoder), train, dev,
+                                        _recipe(profile, seed, head_lr), profile.frozen_pooling))
+        elif k == "lora":
             runs.append(train_and_score("partial freezing", f"LoRA r={rank}", lora.add_lora(copy.deepcopy(encoder), rank),
                                         train, dev, _recipe(profile, seed, head_lr, lr=lora_lr or profile.lora_lr),
                                         profile.frozen_pooling))
+        else:
+            runs.append(train_and_score("partial freezing", f"k={k}", freeze_lower(copy.deepcopy(encoder), k), train,
+                                        dev, _recipe(profile, seed, head_lr), profile.frozen_pooling, k=k))
     return runs
 
 
@@ -179,11 +183,11 @@ def tactics(encoder: nn.Module, train, dev, profile=None, seeds=(0, 1, 2), head_
     profile = config.get_profile(profile)
     lr = TACTIC_LR_SCALE * profile.finetune_lr
     runs = []
-    for name, (changes, k) in tactic_settings(encoder).items():
-        for seed in seeds:
-            body = copy.deepcopy(encoder) if k is None else freeze_lower(copy.deepcopy(encoder), k)
-            runs.append(train_and_score("tactics", name, body, train, dev, _recipe(profile, seed, head_lr, lr=lr, **changes),
-                                        profile.frozen_pooling, k=k))
+    settings = [(name, setting, seed) for name, setting in tactic_settings(encoder).items() for seed in seeds]
+    for name, (changes, k), seed in tqdm(settings, desc="tactics"):
+        body = copy.deepcopy(encoder) if k is None else freeze_lower(copy.deepcopy(encoder), k)
+        runs.append(train_and_score("tactics", name, body, train, dev, _recipe(profile, seed, head_lr, lr=lr, **changes),
+                                    profile.frozen_pooling, k=k))
     return runs
 
 
@@ -202,21 +206,20 @@ def pretraining(encoder: nn.Module, pool, dev, profile=None, sizes=None, seeds=(
     lrs = {"pretrained": profile.finetune_lr, "random init": profile.finetune_lr, **(lrs or {})}
     made = {(r.train_size, r.seed, r.lr, r.steps): r for r in reuse if r.setting == "nothing frozen"}
     runs = []
-    for size in sizes:
-        for seed in seeds:
-            subset = data.subsample(pool, size, seed=seed)
-            batches = math.ceil(size / profile.regime_batch_size)
-            epochs = math.ceil(steps / batches)
-            kept = made.get((size, seed, lrs["pretrained"], epochs * batches))
-            if kept is not None:
-                runs.append(replace(kept, study="pretraining", setting="pretrained"))
-            else:
-                runs.append(train_and_score("pretraining", "pretrained", copy.deepcopy(encoder), subset, dev,
-                                            _recipe(profile, seed, head_lr, lr=lrs["pretrained"], epochs=epochs),
-                                            profile.frozen_pooling))
-            runs.append(train_and_score("pretraining", "random init", reinitialized(encoder, seed), subset, dev,
-                                        _recipe(profile, seed, head_lr, lr=lrs["random init"], epochs=epochs),
+    for size, seed in tqdm([(size, seed) for size in sizes for seed in seeds], desc="pretraining"):
+        subset = data.subsample(pool, size, seed=seed)
+        batches = math.ceil(size / profile.regime_batch_size)
+        epochs = math.ceil(steps / batches)
+        kept = made.get((size, seed, lrs["pretrained"], epochs * batches))
+        if kept is not None:
+            runs.append(replace(kept, study="pretraining", setting="pretrained"))
+        else:
+            runs.append(train_and_score("pretraining", "pretrained", copy.deepcopy(encoder), subset, dev,
+                                        _recipe(profile, seed, head_lr, lr=lrs["pretrained"], epochs=epochs),
                                         profile.frozen_pooling))
+        runs.append(train_and_score("pretraining", "random init", reinitialized(encoder, seed), subset, dev,
+                                    _recipe(profile, seed, head_lr, lr=lrs["random init"], epochs=epochs),
+                                    profile.frozen_pooling))
     return runs
 
 
@@ -228,7 +231,7 @@ def choose_lr(make_encoder, train, validation, lrs, profile=None, head_lr: float
     profile = config.get_profile(profile)
     runs = [train_and_score("lr sweep", f"lr {lr:g}", make_encoder(), train, validation,
                             _recipe(profile, seed, head_lr, lr=lr), profile.frozen_pooling, scored_on="validation")
-            for lr in lrs]
+            for lr in tqdm(lrs, desc="lr sweep")]
     best = max(runs, key=lambda r: r.accuracy)
     return best.lr, runs
 

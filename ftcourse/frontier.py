@@ -199,7 +199,7 @@ def sweep(m: Method, encoder, train, validation, profile, seed: int, num_labels:
     order tried."""
     data.require_validation(validation, "frontier.sweep")
     tried = [run_method(m, encoder, train, validation, lr, profile, seed, num_labels, head_lr=head_lr)
-             for lr in m.lrs]
+             for lr in tqdm(m.lrs, desc=f"{m.name}: lr sweep", leave=False)]
     for _ in range(extensions):
         lrs = sorted(run.lr for run, _ in tried)
         best = max(tried, key=lambda pair: pair[0].validation)[0].lr

@@ -16,6 +16,7 @@ import time
 
 import datasets
 import torch
+from tqdm.auto import tqdm
 from torch import nn
 
 from . import config, data, heads, similarity, training
@@ -40,16 +41,18 @@ def cross_encoder(encoder: nn.Module, seed: int = 0) -> heads.TaskModel:
 
 
 def train_cross_encoder(encoder: nn.Module, train: datasets.Dataset, profile=None, seed: int = 0,
-                        epochs: int | None = None, lr: float | None = None, pad_token_id: int = 0):
+                        epochs: int | None = None, lr: float | None = None, pad_token_id: int = 0,
+                        progress: bool = True):
     """``cross_encoder(encoder)`` fine-tuned on tokenised pairs by the recipe, with lesson 4's
     siamese budget by default (the profile's siamese epochs and batch size, its fine-tuning
     lr), so the two architectures get the same steps. The new one-output head trains at the
-    profile's head lr, as every new head in the course does. Returns ``(model, history)``."""
+    profile's head lr, as every new head in the course does. ``progress``: the recipe's bar over
+    optimiser steps, with its estimate of the time left. Returns ``(model, history)``."""
     profile = config.get_profile(profile)
     model = cross_encoder(encoder, seed)
     settings = training.TrainConfig(lr=lr or profile.finetune_lr, head_lr=profile.head_lr,
                                     epochs=epochs or profile.siamese_epochs,
-                                    batch_size=profile.siamese_batch_size, seed=seed, progress=False)
+                                    batch_size=profile.siamese_batch_size, seed=seed, progress=progress)
     return model, training.train(model, train, settings, pad_token_id=pad_token_id)
 
 
@@ -60,8 +63,9 @@ def choose_lr(encoder: nn.Module, train: datasets.Dataset, validation: datasets.
     ``(lr, {lr: validation Spearman x100})``; ties go to the first tried."""
     data.require_validation(validation, "pairs.choose_lr")
     scores = {}
-    for lr in lrs:
-        model, _ = train_cross_encoder(encoder, train, profile, epochs=epochs, lr=lr, pad_token_id=pad_token_id)
+    for lr in tqdm(lrs, desc="cross-encoder lr sweep"):
+        model, _ = train_cross_encoder(encoder, train, profile, epochs=epochs, lr=lr, pad_token_id=pad_token_id,
+                                       progress=False)
         scores[lr] = spearman_x100(model, validation, pad_token_id)
     return max(scores, key=scores.get), scores
 

@@ -96,30 +96,3 @@ def bwrap():
         message = "bubblewrap (bwrap) is not installed: run `make system-packages`"
         pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
 
-
-# ----------------------------------------------------------------------------- measured order
-# `make test` hands the workers the heaviest scopes first (tests/suite_order.py), from the seconds
-# each scope took when last measured: `make test RECORD_TIMINGS=1` rewrites data/suite_timings.json.
-
-
-def pytest_addoption(parser):
-    parser.addoption("--record-timings", metavar="PATH", default=None,
-                     help="merge each scope's seconds (a test file, a test class, a notebook) into this JSON file")
-
-
-_scope_seconds: dict = {}
-
-
-def pytest_runtest_logreport(report):
-    import suite_order
-
-    key = suite_order.scope_of(report.nodeid)
-    _scope_seconds[key] = _scope_seconds.get(key, 0.0) + report.duration
-
-
-def pytest_sessionfinish(session):
-    path = session.config.getoption("--record-timings")
-    if path and not hasattr(session.config, "workerinput") and _scope_seconds:  # xdist's controller only
-        import suite_order
-
-        suite_order.record(Path(path), _scope_seconds)

@@ -6,6 +6,8 @@ nbval. ``data/suite_timings.json`` holds the seconds each took when last measure
 (``make test RECORD_TIMINGS=1``); a scope never measured goes last.
 
 ``python tests/suite_order.py tests`` prints the test files, ``... notebooks`` the course notebooks.
+It is also the pytest plugin that measures them (``-p tests.suite_order``, in pyproject's addopts):
+``--record-timings PATH`` merges each scope's seconds into ``PATH``.
 """
 
 from __future__ import annotations
@@ -61,6 +63,26 @@ def files(kind: str) -> list[str]:
     else:
         raise SystemExit(f"usage: python tests/suite_order.py tests|notebooks (got {kind!r})")
     return heaviest_first(found)
+
+
+# ----------------------------------------------------------------------------- the plugin
+_scope_seconds: dict = {}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-timings", metavar="PATH", default=None,
+                     help="merge each scope's seconds (a test file, a test class, a notebook) into this JSON file")
+
+
+def pytest_runtest_logreport(report):
+    key = scope_of(report.nodeid)
+    _scope_seconds[key] = _scope_seconds.get(key, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--record-timings")
+    if path and not hasattr(session.config, "workerinput") and _scope_seconds:  # xdist's controller only
+        record(Path(path), _scope_seconds)
 
 
 if __name__ == "__main__":
