@@ -1,7 +1,9 @@
 """The grader's own file handling, without a sandbox: a submission that is not a regular file or
 is too big is refused unread, the gradebook is written as each submission finishes, the cache
-of grades depends on the grader's version, and every string a submission controls is escaped
-in the table, the CSV and the JSON. (Grading itself is faked here: no kernel runs.)"""
+of grades depends on the grader's version, every string a submission controls is escaped
+in the table, the CSV, the JSON and the review pages, an evidence record is parsed only within
+caps, and an evidence folder is removed whatever was left in it. (Grading itself is faked here:
+no kernel runs.)"""
 
 import csv
 import json
@@ -257,6 +259,24 @@ def test_clean_and_csv_cell():
     assert grading.csv_cell(3) == 3 and grading.csv_cell("-") == "'-" and grading.csv_cell("ok") == "ok"
 
 
+def test_the_review_pages_show_control_characters_as_escapes(tmp_path):
+    """A written answer keeps its lines, but its ANSI escapes and bidirectional overrides are shown, not obeyed."""
+    answer = "line one\x1b[2J\x1b[31m red\x07\r\nline two \u202eevil\u2066\tend\x9b<b>"
+    results = [grading.Submission(path="a/toy.ipynb", exercise="toy", student=HOSTILE, status="errors", answers=[
+        {"question": "**Question 1** Why?", "answer": answer},
+        {"question": "The student's train_loop", "answer": "def train_loop():\n\tpass  # \x1b]0;pwned\x07",
+         "code": True}])]
+    folder = grading.write_review(results, tmp_path / "review")
+    for page in folder.iterdir():
+        text = page.read_text(encoding="utf-8")
+        assert not [c for c in text if c not in "\n\t" and grading._UNSAFE.match(c)], (page.name, text)
+    page = next(p for p in folder.iterdir() if p.name != "index.html").read_text(encoding="utf-8")
+    assert "line one\\x1b[2J\\x1b[31m red\\x07\nline two \\u202eevil\\u2066\tend\\x9b&lt;b&gt;" in page
+    assert "def train_loop():\n\tpass  # \\x1b]0;pwned\\x07" in page
+    assert "\\x1b[2J\\x1b]0;pwned\\x07" in page  # the student's name (a folder name) too
+    assert grading.visible("a\r\nb\rc") == "a\nb\\rc" and grading.visible("\u2028") == "\\u2028"
+
+
 # ----------------------------------------------------------------------------- 5. each worker's share of memory
 
 
@@ -276,3 +296,62 @@ def test_each_worker_s_sandboxes_get_an_equal_share_of_the_machine_s_memory(tmp_
     grading.grade_folder(tmp_path / "class", tmp_path / "book", EXERCISE, workers=3, force=True, limits=chosen,
                          progress=False)
     assert seen[-1].sandbox_memory_bytes == sandbox.GiB  # what the caller chose stays
+
+
+# ----------------------------------------------------------------------------- 6. evidence read back, and removed
+
+
+def test_a_record_of_too_many_values_or_too_deep_is_refused_unparsed(tmp_path, monkeypatch):
+    """Within the byte cap, a record of many small values would be gigabytes of objects: refused, counted on its
+    bytes (strings' brackets and commas not counted), as a malformed record is."""
+    from ftcourse.course import verdicts
+
+    monkeypatch.setattr(verdicts, "MAX_JSON_VALUES", 20)
+    monkeypatch.setattr(verdicts, "MAX_JSON_DEPTH", 4)
+    fits = {"name": "[[[{,:,:}]]] \\\" [", "shape": [768, 768], "trains": True, "more": [[], {}, None, 1.5]}
+    (tmp_path / "fits.json").write_text(json.dumps(fits, indent=2))
+    assert verdicts.read_json(tmp_path, "fits.json") == fits  # 14 values, 3 deep
+    (tmp_path / "many.json").write_text("[" + ", ".join(["[]"] * 20) + "]")
+    with pytest.raises(verdicts.EvidenceMissing, match=r"many.json holds 21 JSON values, more than the 20"):
+        verdicts.read_json(tmp_path, "many.json")
+    (tmp_path / "deep.json").write_text('{"a": [[[[1]]]]}')
+    with pytest.raises(verdicts.EvidenceMissing, match=r"deep.json nests deeper than the 4 levels"):
+        verdicts.read_json(tmp_path, "deep.json")
+    monkeypatch.setattr(verdicts, "MAX_JSON_VALUES", 10**6)
+    monkeypatch.setattr(verdicts, "MAX_JSON_DEPTH", 10**6)
+    (tmp_path / "deeper.json").write_text("[" * 100_000 + "]" * 100_000)  # past the parser's recursion limit
+    with pytest.raises(verdicts.EvidenceMissing, match=r"deeper.json is not JSON \(RecursionError\)"):
+        verdicts.read_json(tmp_path, "deeper.json")
+
+
+def test_an_evidence_folder_is_removed_whatever_a_run_left_in_it(tmp_path):
+    """1,500 nested folders (past Python's recursion limit: shutil.rmtree fails), folders and files without
+    permissions, links (removed, never followed), a FIFO."""
+    from ftcourse.course import sandbox
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("kept")
+    evidence = tmp_path / "ftcourse-evidence-x"
+    evidence.mkdir()
+    folder = os.open(evidence, os.O_RDONLY)
+    for _ in range(1500):
+        os.mkdir("d" * 100, dir_fd=folder)  # 150,000 characters of path: past PATH_MAX too
+        inner = os.open("d" * 100, os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = inner
+    (Path(f"/proc/self/fd/{folder}") / "deepest").write_text("x")
+    os.close(folder)
+    (evidence / "locked").mkdir()
+    (evidence / "locked" / "file").write_text("x")
+    (evidence / "locked" / "file").chmod(0)
+    (evidence / "locked").chmod(0o500)
+    (evidence / "closed").mkdir(mode=0)
+    (evidence / "link").symlink_to(outside)
+    (evidence / "file-link").symlink_to(outside / "keep")
+    os.mkfifo(evidence / "fifo")
+    evidence.chmod(0o500)
+    sandbox.remove_tree(evidence)
+    assert not os.path.lexists(evidence)
+    assert (outside / "keep").read_text() == "kept" and sorted(tmp_path.iterdir()) == [outside]
+    sandbox.remove_tree(evidence)  # already gone: nothing to do

@@ -1,9 +1,13 @@
 """The grader on a toy exercise: the verdicts come from the grader's own process, from what the
 recording cells wrote, whatever the notebook did at top level; errors and timeouts are reported with
-their cell, a part whose own cell raised fails, and nothing crashes the grader. (The real exercise and
+their cell, a part whose own cell raised fails, nothing crashes the grader, and a grader without the
+data its verdicts need says so in seconds, before grading anything. (The real exercise and
 hostile submissions: tests/test_grading_hostile.py, tests/test_grading_verdicts.py.)"""
 
 import json
+import os
+import tempfile
+import time
 
 import nbformat
 import pytest
@@ -17,6 +21,10 @@ STUB = "def {name}():\n    # YOUR CODE HERE\n    raise NotImplementedError()"
 
 @pytest.fixture
 def toy(tmp_path, bwrap):
+    return toy_exercise(tmp_path)
+
+
+def toy_exercise(tmp_path):
     course = tmp_path / "course" / "toy.ipynb"
     course.parent.mkdir()
     cells = [new_markdown_cell("# toy"), new_code_cell(SCAFFOLD)]
@@ -204,3 +212,106 @@ def test_concurrent_kernels_share_the_cores_unless_the_threads_are_set(monkeypat
     assert grading.threads_per_worker({"OMP_NUM_THREADS": "3"}, 2) == {"OMP_NUM_THREADS": "3"}
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the grader's own setting is passed through as it is
     assert grading.threads_per_worker({}, 2) == {}
+
+
+# ----------------------------------------------------------------------------- what the grader's own process needs
+
+
+def offline_without_data(tmp_path, monkeypatch):
+    """As on a machine with no FTCOURSE_DATA and the hub offline (HF_HUB_OFFLINE=1), SST-2 in no cache."""
+    import datasets
+    from huggingface_hub import constants
+
+    from ftcourse.course import verdicts
+
+    monkeypatch.delenv("FTCOURSE_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the hub libraries read it once, at import
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "empty-datasets-cache")
+    monkeypatch.setattr(verdicts, "_references", {})  # none built by an earlier test
+
+
+def test_offline_without_data_the_command_fails_at_once_naming_the_fix(tmp_path, monkeypatch, capsys):
+    """Without FTCOURSE_DATA and without the hub, the grader says so before grading anything, in seconds
+    (the hub client would retry for minutes), naming the setting that fixes it."""
+    offline_without_data(tmp_path, monkeypatch)
+    path = tmp_path / "05_exercise_bert_base.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("x = 1")]), path)
+    report = tmp_path / "report.json"
+    start = time.monotonic()
+    assert cli.main(["grade", str(path), "--report", str(report)]) == 2
+    assert time.monotonic() - start < 10
+    err = capsys.readouterr().err
+    assert err.startswith("error: 05_exercise_bert_base: The grader cannot build its reference model"), err
+    assert "stanfordnlp/sst2" in err and "FTCOURSE_DATA" in err and "sst2/" in err and "go online" in err
+    assert not report.exists()  # nothing was graded
+
+
+def test_a_hub_that_does_not_answer_is_named_before_any_submission_runs(tmp_path, monkeypatch):
+    """Not offline, but the hub unreachable (here: a closed port): one short probe, no loader's retries."""
+    from huggingface_hub import constants
+
+    from ftcourse import data
+
+    offline_without_data(tmp_path, monkeypatch)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(data, "load", lambda *a, **k: pytest.fail("the grader asked the hub for the data"))
+    monkeypatch.setattr(grading, "grade", lambda *a, **k: pytest.fail("a submission was graded"))
+    nbformat.write(new_notebook(cells=[new_code_cell("x = 1")]), tmp_path / "alice.ipynb")
+    start = time.monotonic()
+    with pytest.raises(grading.GradingError) as refused:
+        grading.grade_folder(tmp_path, tmp_path / "book", grading.BERT_BASE, progress=False,
+                             env={"FTCOURSE_PROFILE": "grading"})
+    assert time.monotonic() - start < 10
+    message = str(refused.value)
+    assert "the hub at http://127.0.0.1:9 does not answer" in message, message
+    assert "set FTCOURSE_DATA to a folder holding sst2/" in message and "go online" in message
+    assert not (tmp_path / "book.csv").exists()
+
+
+def test_the_evidence_folder_is_removed_whatever_was_left_in_it_and_a_huge_record_only_fails_its_part(
+        tmp_path, monkeypatch):
+    """No kernel runs: the run is faked to leave 1,500 nested folders, folders and files without permissions
+    and a record of more values than the (lowered) bound in the evidence folder."""
+    from ftcourse.course import verdicts
+
+    toy = toy_exercise(tmp_path)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(verdicts, "MAX_JSON_VALUES", 50)
+
+    def leaves_a_mess(nb, timeout, env, slot, use_sandbox, limits, secret="", evidence=None):
+        (scratch / "seen").write_text(evidence)
+        for name, record in (("x", {"value": 1}), ("z", {"value": None})):
+            with open(os.path.join(evidence, f"{name}.json"), "w") as handle:
+                json.dump(record, handle)
+        with open(os.path.join(evidence, "y.json"), "w") as handle:
+            handle.write('{"value": [' + ",".join(["[]"] * 100) + "]}")
+        folder = os.open(evidence, os.O_RDONLY)
+        for _ in range(1500):
+            os.mkdir("d", dir_fd=folder)
+            inner = os.open("d", os.O_RDONLY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        os.close(folder)
+        locked = os.path.join(evidence, "locked")
+        os.mkdir(locked)
+        open(os.path.join(locked, "file"), "w").close()
+        os.chmod(os.path.join(locked, "file"), 0)
+        os.chmod(locked, 0o500)
+        os.mkdir(os.path.join(evidence, "closed"), mode=0)
+        return {"status": "ok", "cells": [{"index": i, "error": None} for i in range(len(nb.cells))],
+                "stopped_at": None, "message": ""}
+
+    monkeypatch.setattr(grading, "_execute", leaves_a_mess)
+    path = write(tmp_path, "toy.ipynb", "def x():\n    return 1", "def y():\n    return 2", "def z():\n    pass")
+    result = grading.grade(path, toy, timeout=60, use_sandbox=False)
+    assert result.status == "ok" and not result.notes, grading.details(result)
+    by_part = {c.part: c for c in result.checks}
+    assert by_part["x"].passed and by_part["z"].passed
+    assert not by_part["y"].passed and "y.json holds 103 JSON values, more than the 50" in by_part["y"].message
+    assert (scratch / "seen").read_text().startswith(str(scratch / "ftcourse-evidence-"))
+    assert sorted(p.name for p in scratch.iterdir()) == ["seen"]  # the evidence folder is gone

@@ -10,7 +10,8 @@ a JSON report. A folder: every notebook under it, in parallel, into a gradebook 
 JSON, one row per student, written as each finishes); a re-run skips notebooks already graded
 with the same hash by the same grader version. Links, FIFOs, devices and oversized files are
 refused unread, each in its row.
-Exit status: 0 when every submission passes every part, 1 otherwise, 2 on bad usage.
+Exit status: 0 when every submission passes every part, 1 otherwise, 2 on bad usage or when the grader
+cannot grade here (no sandbox; the data or models its verdicts need cannot be had).
 """
 
 from __future__ import annotations
@@ -53,6 +54,14 @@ def _grade(args) -> int:
         except ConfigError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    env = {"FTCOURSE_PROFILE": args.profile or GRADING_PROFILE}
+    # Before anything runs: what the verdicts need here (the dev set, the encoder), or an error naming the fix
+    # within seconds (a folder's exercises are known once its notebooks are listed: grade_folder checks them).
+    try:
+        grading.ready(exercises.values(), env)
+    except grading.GradingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.no_sandbox:
         print("warning: --no-sandbox: submissions run with your account's rights, network and files",
               file=sys.stderr)
@@ -67,7 +76,6 @@ def _grade(args) -> int:
     warning = sandbox.cgroup_warning()
     if warning:
         print(warning, file=sys.stderr)
-    env = {"FTCOURSE_PROFILE": args.profile or GRADING_PROFILE}
     sandboxed = not args.no_sandbox
     if folders:
         try:

@@ -34,7 +34,9 @@ Which guarantee comes from where:
   ``ftcourse.regimes.run_regime``) gets that part sent for review (``Exercise.solved_by_import``).
 
 ``grade_folder`` grades a class in parallel and writes a gradebook; ``ftcourse grade`` is
-the command (see ``ftcourse.course.cli``).
+the command (see ``ftcourse.course.cli``). Before any submission runs, both build what the
+verdicts need in the grader's process (``ready``: the dev set, the encoder), so that a grader
+without them (offline, no ``FTCOURSE_DATA``) stops within seconds, naming the fix.
 
 The grader's own process treats every submission as hostile data too:
 
@@ -42,17 +44,21 @@ The grader's own process treats every submission as hostile data too:
   link; opened with ``O_NOFOLLOW`` and checked again on the open file), and at most
   ``MAX_NOTEBOOK_BYTES``: a symlink (to ``/dev/zero``, ``/etc/shadow``, another student's
   notebook), a FIFO, a device or an oversized file is a ``refused: ...`` row, never read;
+- a submission's evidence folder is removed after its verdicts, whatever it left there
+  (``sandbox.remove_tree``: any depth, any permissions, links never followed), and its JSON
+  records are parsed only within caps on their bytes, values and nesting (``verdicts.read_json``);
 - the gradebook is rewritten atomically (temporary file, ``os.replace``) after every
   submission, so a crash loses at most the submission being graded;
 - a re-run skips a submission only when its hash *and* the grader's version
   (``grader_version``: the source of ``ftcourse/course/*.py`` and ``ftcourse.__version__``)
   match, so a fixed grader regrades everything;
-- every string a submission controls (its file names, its exceptions' names and messages)
-  is escaped before it reaches the instructor (``clean``: control characters, ANSI escapes,
-  bidirectional overrides), CSV cells cannot start a formula (``csv_cell``), and only the
-  grader names a verdict: the guard's ``SubmissionTampered`` counts only when it carries the
-  grading's secret (see ``GUARD_CELL``); an exception of the same name raised by the
-  submission is shown as ``submission raised ...``.
+- every string a submission controls (its file names, its exceptions' names and messages, its
+  written answers) is escaped before it reaches the instructor (``clean``: control characters,
+  ANSI escapes, bidirectional overrides; ``visible`` on the review pages, keeping an answer's
+  lines), CSV cells cannot start a formula (``csv_cell``), and only the grader names a verdict:
+  the guard's ``SubmissionTampered`` counts only when it carries the grading's secret (see
+  ``GUARD_CELL``); an exception of the same name raised by the submission is shown as
+  ``submission raised ...``.
 """
 
 from __future__ import annotations
@@ -139,6 +145,9 @@ class Exercise:
     solved_by_import: dict = field(default_factory=dict)
     #: The course's own student notebook: the trusted source of the given cells.
     course_notebook: Path | None = None
+    #: ``prepare(profile)``: build what ``judge`` needs in the grader's process (data, models), or raise
+    #: saying what is missing and how to fix it; called before any submission runs (``ready``).
+    prepare: object = None
 
     @property
     def course_path(self) -> Path:
@@ -173,6 +182,14 @@ def student_raised(error) -> str:
     if error.ename in ("NotImplementedError", TAMPERED):
         return _message(error.ename, error.evalue)
     return f"{clean(error.what, 80)} raised {_message(error.ename, error.evalue)}"
+
+
+def prepare_bert_base(profile) -> None:
+    """The reference the bert-base verdicts rebuild every model from (``verdicts.prepare``): its dev set
+    and pretrained encoder, or ``verdicts.ReferenceUnavailable`` naming what is missing and the fix."""
+    from . import verdicts
+
+    verdicts.prepare(profile)
 
 
 def judge_bert_base(folder: Path, profile) -> list:
@@ -248,6 +265,7 @@ BERT_BASE = Exercise(
     ),
     records=bert_base_records,
     judge=judge_bert_base,
+    prepare=prepare_bert_base,
     solved_by_import={"1 lora": ("ftcourse.lora", "add_lora", None),
                       "3 loop": ("ftcourse.training", "train", "train_loop"),
                       "4 measure": ("ftcourse.regimes", "run_regime", None)},
@@ -306,7 +324,7 @@ PASSED_ENV = ("FTCOURSE_PROFILE", "FTCOURSE_DATA", "FTCOURSE_ENCODER", "FTCOURSE
 
 
 class GradingError(ValueError):
-    """The grader was asked for something it cannot do (an unknown exercise, no files)."""
+    """The grader was asked for something it cannot do (an unknown exercise, no files, no data to judge with)."""
 
 
 @dataclass
@@ -420,14 +438,26 @@ def clean(text, limit: int | None = None) -> str:
     and bidirectional override written as an escape (``\\x1b``, ``\\n``, ``\\u202e``), then
     truncated to ``limit`` characters with an ellipsis."""
     text = str(text)
-    if limit is not None and len(text) > limit:
+    cut = limit is not None and len(text) > limit
+    if cut:
         text = text[:limit]
-        cut = True
-    else:
-        cut = False
-    text = _UNSAFE.sub(lambda m: {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(m.group(), repr(m.group())[1:-1])
-                       if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
-    return text + ("..." if cut else "")
+    return _UNSAFE.sub(_escape, text) + ("..." if cut else "")
+
+
+def _escape(match) -> str:
+    """An unsafe character (``_UNSAFE``) as the escape that shows it: ``\\n``, ``\\x1b``, ``\\u202e``."""
+    char = match.group()
+    if ord(char) >= 0x100:
+        return f"\\u{ord(char):04x}"
+    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(char, repr(char)[1:-1])
+
+
+def visible(text) -> str:
+    """Multi-line ``text`` (student-controlled: a written answer, a function's source) safe to show on a page:
+    as ``clean``, every control character, ANSI escape and bidirectional override written as its escape, but
+    its line breaks and tabs kept (a Windows line end is a line break), and never truncated."""
+    return _UNSAFE.sub(lambda m: m.group() if m.group() in "\n\t" else _escape(m),
+                       str(text).replace("\r\n", "\n"))
 
 
 def csv_cell(value):
@@ -621,6 +651,22 @@ def graded_notebook(nb: nbformat.NotebookNode, course: nbformat.NotebookNode, re
     return graded, roles
 
 
+def ready(exercises, env: dict | None = None) -> None:
+    """Build what each exercise's verdicts need in the grader's own process (``Exercise.prepare``) under the
+    profile the submissions run under, before any of them runs; a ``GradingError`` saying what is missing
+    and the fix when it cannot be had (offline without ``FTCOURSE_DATA``, say): within seconds, not after
+    a submission ran and the hub client retried for minutes. Each exercise's reference is built once."""
+    from . import verdicts
+    from ..config import ConfigError
+
+    preparing = [e for e in {e.name: e for e in exercises}.values() if e.prepare is not None]
+    for exercise in preparing:
+        try:
+            exercise.prepare(grading_profile(env))
+        except (verdicts.ReferenceUnavailable, ConfigError) as error:
+            raise GradingError(f"{exercise.name}: {error}") from None
+
+
 def grading_profile(env: dict | None = None):
     """The profile the submission runs under (``FTCOURSE_PROFILE`` of ``env``, else ours, else offline),
     with the model overrides both environments name: the grader rebuilds the same models."""
@@ -737,6 +783,16 @@ def grade(path, exercise: Exercise | None = None, timeout: float = 600, env: dic
     return result
 
 
+def _remove_evidence(folder: str, result: Submission) -> None:
+    """Remove a submission's evidence folder, whatever it left there (``sandbox.remove_tree``: deep trees,
+    folders without permissions); one that cannot be removed is a note in its row, not a lost grade."""
+    try:
+        sandbox.remove_tree(folder)
+    except OSError as error:
+        result.notes.append(f"its evidence folder {folder} could not be removed ({clean(error, 200)}): "
+                            "remove it by hand")
+
+
 def _grade(nb, exercise: Exercise, result: Submission, timeout: float, env: dict, use_sandbox: bool, slot: int,
            limits: sandbox.Limits) -> None:
     course = nbformat.read(exercise.course_path, as_version=4)
@@ -747,12 +803,14 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, env: dict
         result.cell_errors.append(result.failing_cell)
         return
     result.answers = collect_answers(nb, course)
+    ready([exercise], env)  # what the verdicts need, before the submission runs for nothing
     # 1. One sandboxed kernel: the notebook as submitted, every cell even after an error, then the
     #    grader's cells, which call the student's functions and write what they made into our folder.
     profile = grading_profile(env)
     graded, roles = graded_notebook(nb, course, exercise.records_for(profile))
     secret = secrets.token_hex(16)
-    with tempfile.TemporaryDirectory(prefix="ftcourse-evidence-") as evidence:
+    evidence = tempfile.mkdtemp(prefix="ftcourse-evidence-")
+    try:
         report = _execute(graded, timeout, env, slot, use_sandbox, limits, secret, evidence)
         errors = {entry["index"]: entry["error"] for entry in report["cells"]}
         for index, (role, _) in enumerate(roles):
@@ -793,6 +851,8 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, env: dict
             if not passed and part in raised:
                 message = raised[part]
             result.checks.append(PartResult(part, passed, clean(message, 2 * MAX_MESSAGE_CHARS), hidden))
+    finally:
+        _remove_evidence(evidence, result)
     for part, (module, function, inside) in exercise.solved_by_import.items():
         if imports_of(nb, module, function, inside):
             for check in result.checks:
@@ -928,6 +988,7 @@ def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: i
             results[student] = previous[key]
         else:
             todo.append((student, path, chosen))
+    ready({chosen.name: chosen for _, _, chosen in todo}.values(), env)  # before any submission runs
     workers = max(1, min(workers or default_workers(), len(todo) or 1))
     env = threads_per_worker(env, workers)
     # Each worker's sandboxes share the machine's memory equally (their cgroup's memory.max, where there is one).
@@ -1025,7 +1086,8 @@ def _page_name(student: str) -> str:
 def write_review(results: list[Submission], folder) -> Path:
     """One HTML page per student for the instructor: the verdicts, each written question with the
     student's answer, the student's own loop; and ``index.html`` linking them. Everything the student
-    wrote is escaped (it is shown as text, never as markup). The rubric is in the instructors' notes."""
+    wrote is escaped: shown as text, never as markup, its control characters, ANSI escapes and bidirectional
+    overrides as visible escapes (``visible``, ``clean``). The rubric is in the instructors' notes."""
     import html
 
     folder = Path(folder)
@@ -1034,7 +1096,8 @@ def write_review(results: list[Submission], folder) -> Path:
     for result in results:
         name = _page_name(result.student or result.path)
         marks = result.marks()
-        body = [f"<h1>{html.escape(result.student or _name(result))}</h1>",
+        who = clean(result.student, 120) if result.student else _name(result)
+        body = [f"<h1>{html.escape(who)}</h1>",
                 f"<p>status: {html.escape(clean(result.status))}; "
                 + ", ".join(f"{html.escape(p)}: <b>{m}</b>" for p, m in marks.items()) + "</p>"]
         failed = [c for c in result.checks if not c.passed]
@@ -1043,20 +1106,20 @@ def write_review(results: list[Submission], folder) -> Path:
                                          f"{html.escape(clean(c.message, 2 * MAX_MESSAGE_CHARS))}</li>" for c in failed)
                         + "</ul>")
         for entry in result.answers:
-            body.append(f"<h2>{html.escape(entry['question'])}</h2>")
+            body.append(f"<h2>{html.escape(visible(entry['question']))}</h2>")
             if entry.get("missing"):
-                body.append(f"<p><i>{html.escape(entry['missing'])}</i></p>")
+                body.append(f"<p><i>{html.escape(clean(entry['missing']))}</i></p>")
             elif not entry["answer"]:
                 body.append("<p><i>not answered</i></p>")
             else:
                 tag = "pre" if entry.get("code") else "pre style='white-space: pre-wrap'"
-                body.append(f"<{tag}>{html.escape(entry['answer'])}</pre>")
+                body.append(f"<{tag}>{html.escape(visible(entry['answer']))}</pre>")
         page = ("<!doctype html><html><head><meta charset='utf-8'><title>review</title></head><body>"
                 + "\n".join(body) + "</body></html>\n")
         _replace(folder / name, lambda handle, page=page: handle.write(page))
         answered = sum(1 for e in result.answers if not e.get("code") and e["answer"])
         questions = sum(1 for e in result.answers if not e.get("code"))
-        rows.append(f"<tr><td><a href='{name}'>{html.escape(result.student or _name(result))}</a></td>"
+        rows.append(f"<tr><td><a href='{name}'>{html.escape(who)}</a></td>"
                     f"<td>{html.escape(clean(result.status))}</td><td>{answered} of {questions}</td></tr>")
     index = ("<!doctype html><html><head><meta charset='utf-8'><title>answers to review</title></head><body>"
              "<h1>Answers to review</h1><p>The rubric is in the instructors' notes (book/instructors.md).</p>"

@@ -547,9 +547,13 @@ def run(argv: list[str], stdin: str, timeout: float, limits: Limits = Limits(), 
         with claimed_uid(slot) as uid:
             return _run(command(argv, limits, env or {}, slot, writable, uid), stdin, timeout, limits, None, None,
                         writable)
-    # Unsandboxed (--no-sandbox): at least a throwaway working directory, not the grader's.
-    with tempfile.TemporaryDirectory(prefix="ftcourse-unsandboxed-") as folder:
+    # Unsandboxed (--no-sandbox): at least a throwaway working directory, not the grader's, removed whatever
+    # the run left in it.
+    folder = tempfile.mkdtemp(prefix="ftcourse-unsandboxed-")
+    try:
         return _run(list(argv), stdin, timeout, limits, {**os.environ, **(env or {})}, folder, writable)
+    finally:
+        remove_tree(folder)
 
 
 #: More files than this in a writable folder counts as overfilling it (walking it must stay quick).
@@ -634,6 +638,65 @@ def _run_in(full: list[str], stdin: str, timeout: float, limits: Limits, child_e
     return SandboxRun(process.returncode, kept["stdout"].decode(errors="replace"),
                       kept["stderr"].decode(errors="replace"), time.monotonic() - start, timed_out,
                       flooded.is_set(), overfilled=overfilled)
+
+
+def remove_tree(path) -> None:
+    """Remove the folder ``path`` and whatever a sandboxed run left in it: any depth (no recursion, and at
+    most two folders open at a time, so neither Python's stack, the open-files limit nor PATH_MAX stops it:
+    ``shutil.rmtree``, hence ``TemporaryDirectory``, raises RecursionError at 1,000 nested folders and leaves
+    the tree behind), folders made unreadable or unwritable (made ours to empty first), links removed, never
+    followed. Raises ``OSError`` only for what cannot be removed at all."""
+    path = os.path.abspath(path)
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+            return
+    except FileNotFoundError:
+        return
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    head, name = os.path.split(path)
+    fd = os.open(head, flags & ~os.O_NOFOLLOW)
+    ids, names = [_identity(fd)], []  # the open folder's ancestors, and the path to it from ``head``
+
+    def enter(sub: str) -> None:
+        nonlocal fd
+        with contextlib.suppress(OSError, NotImplementedError):  # root needs no permission; a link is no folder
+            os.chmod(sub, 0o700, dir_fd=fd, follow_symlinks=False)
+        child = os.open(sub, flags, dir_fd=fd)  # O_NOFOLLOW: a link swapped in is refused, never entered
+        os.close(fd)
+        fd = child
+        ids.append(_identity(fd))
+        names.append(sub)
+
+    try:
+        enter(name)
+        while names:
+            sub = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        sub = entry.name
+                        break
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.name, dir_fd=fd)
+            if sub is not None:
+                enter(sub)
+                continue
+            # Empty: back up to its parent (checked to be the folder it came from) and remove it.
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            ids.pop()
+            if _identity(fd) != ids[-1]:
+                raise OSError(f"{path} changed while being removed (a folder was moved)")
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _identity(fd: int) -> tuple:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
 
 
 class NotReadable(ValueError):

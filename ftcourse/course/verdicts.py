@@ -4,7 +4,8 @@ The evidence kernel (``ftcourse.course.evidence``, inside the sandbox) calls the
 functions and writes what they produced into a size-capped folder: JSON records and
 safetensors weights. Nothing in that folder is trusted: the submission shares a process with
 the code that wrote it and could have written anything. This module never runs submission code.
-It reads the folder as hostile data (regular files only, never a link, each within a cap) and
+It reads the folder as hostile data (regular files only, never a link, each within a cap; JSON
+parsed only within caps on its values and nesting too) and
 **recomputes** every figure it judges from the course's own code:
 
 - *LoRA on bert-base*: it builds bert-base-uncased's architecture itself, applies the LoRA
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,11 @@ from .checks import BERT_BASE_LORA_PARAMETERS, BERT_BASE_LORA_PERCENT, LORA_RANK
 #: Caps on what the grader reads back from the evidence folder.
 MAX_JSON_BYTES = 64 * 2**20
 MAX_WEIGHTS_BYTES = 1024 * 2**20
+#: Caps on a JSON record's values (every object, array, key, string, number...) and its nesting, checked
+#: before it is parsed: within the byte cap, 60 MiB of ``[[],[],...]`` is gigabytes of Python objects.
+#: The records the grader asks for hold a few tens of thousands (the paper profile's stability runs).
+MAX_JSON_VALUES = 200_000
+MAX_JSON_DEPTH = 32
 
 
 class EvidenceMissing(Exception):
@@ -76,10 +83,38 @@ def _read(path: Path, cap: int) -> bytes:
         raise EvidenceMissing(f"{path.name}: {refusal}") from None
 
 
+#: A JSON string literal, escapes included.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _within_bounds(data: bytes, name: str) -> None:
+    """Refuse (``EvidenceMissing``) a record of more than ``MAX_JSON_VALUES`` values or nested deeper than
+    ``MAX_JSON_DEPTH``, counted on its bytes before any object is made, every string emptied and the
+    whitespace dropped: one value for the document, one after each comma and each colon, one more in each
+    array or object that is not empty; each bracket opens a level."""
+    bare = _JSON_STRING.sub(b'""', data).translate(None, b" \t\n\r")
+    opened = bare.count(b"[") + bare.count(b"{")
+    values = 1 + bare.count(b",") + bare.count(b":") + opened - bare.count(b"[]") - bare.count(b"{}")
+    if values > MAX_JSON_VALUES:
+        raise EvidenceMissing(f"{name} holds {values:,} JSON values, more than the {MAX_JSON_VALUES:,} the grader "
+                              "reads in a record (far more than any record it asks for): refused unparsed")
+    depth = 0
+    for byte in bare.translate(None, _NOT_BRACKET):
+        depth += 1 if byte in b"[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            raise EvidenceMissing(f"{name} nests deeper than the {MAX_JSON_DEPTH} levels the grader reads in a "
+                                  "record (far deeper than any record it asks for): refused unparsed")
+
+
 def read_json(folder: Path, name: str):
+    """A JSON record of the evidence folder: read within ``MAX_JSON_BYTES``, parsed only within
+    ``MAX_JSON_VALUES`` and ``MAX_JSON_DEPTH``; anything else is ``EvidenceMissing``, never the grader's failure."""
+    data = _read(Path(folder) / name, MAX_JSON_BYTES)
+    _within_bounds(data, name)
     try:
-        return json.loads(_read(Path(folder) / name, MAX_JSON_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise EvidenceMissing(f"{name} is not JSON ({type(error).__name__})") from None
 
 
@@ -210,6 +245,80 @@ def reference(profile) -> Reference:
         found = Reference(profile, tokenizer, dev, pretrained, num_labels)
         _references[profile.name] = found
         return found
+
+
+class ReferenceUnavailable(RuntimeError):
+    """What the verdicts need in the grader's own process (the dev set, the pretrained encoder) cannot be had;
+    the message says what is missing and the setting that fixes it."""
+
+
+#: How long the grader waits for the Hugging Face hub to answer before it calls it unreachable.
+HUB_PROBE_SECONDS = 3.0
+
+
+def hub_unreachable(timeout: float = HUB_PROBE_SECONDS) -> str:
+    """Why the Hugging Face hub (``HF_ENDPOINT``) does not answer within ``timeout`` seconds, or "" when it
+    does: one request, no retries (the hub libraries retry for minutes before they give up), in a thread
+    waited for at most ``timeout`` (a name lookup is not bounded by the request's own timeout)."""
+    from huggingface_hub import constants, get_session
+
+    why = [f"no answer within {timeout:.0f} s"]
+
+    def probe():
+        try:
+            get_session().head(constants.ENDPOINT, timeout=timeout)
+            why[0] = ""
+        except Exception as error:  # noqa: BLE001 - DNS, refused, timed out, proxy: all say "not reachable"
+            why[0] = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+
+    asking = threading.Thread(target=probe, name="ftcourse-hub-probe", daemon=True)
+    asking.start()
+    asking.join(timeout + 0.5)
+    return why[0]
+
+
+def _from_the_hub(profile) -> dict:
+    """What ``reference(profile)`` would fetch from the hub, and the setting that spares it: SST-2 unless
+    ``FTCOURSE_DATA`` holds it, the encoder unless it is a local folder."""
+    from .. import config, models
+
+    needs = {}
+    if not config.data_dir():
+        needs["SST-2 (FTCOURSE_DATA is not set)"] = ("set FTCOURSE_DATA to a folder holding sst2/ in its original "
+                                                     "format (e.g. ../shared/datasets)")
+    source = models.model_source("encoder", profile)
+    if not models.is_local(source):
+        needs[f"the encoder {source!r}"] = (f"set {models.ENV_OVERRIDES['encoder']} to a local copy of it, or grade "
+                                            "under a profile whose models are installed (--profile grading)")
+    return needs
+
+
+def prepare(profile) -> Reference:
+    """The ``Reference`` of ``profile``, built before any submission runs (``ftcourse grade`` calls it first),
+    or ``ReferenceUnavailable`` within seconds: offline without ``FTCOURSE_DATA``, building it would otherwise
+    sit in the hub client's retries for minutes, after the first submission had run for nothing. The hub is
+    asked once, briefly, only when something must come from it and it is not offline (with ``HF_HUB_OFFLINE=1``
+    the hub libraries read their cache and fail at once); the loaders' own errors name their fix."""
+    from .. import config, data, models
+
+    try:
+        with _lock:
+            if profile.name in _references and _references[profile.name].profile == profile:
+                return _references[profile.name]
+        needs = _from_the_hub(profile)
+        why = hub_unreachable() if needs and not models._hub_offline() else ""
+        if why:
+            from huggingface_hub import constants
+
+            raise ReferenceUnavailable(
+                f"The grader needs {' and '.join(needs)} from the Hugging Face hub to build its reference model "
+                f"(profile {profile.name!r}), and the hub at {constants.ENDPOINT} does not answer ({why}). Fix: "
+                f"{'; '.join(needs.values())}; or go online (or, if the Hugging Face cache holds them, set "
+                "HF_HUB_OFFLINE=1 to read them from there).")
+        return reference(profile)
+    except (data.DataError, models.ModelNotAvailableError, config.ConfigError) as error:
+        raise ReferenceUnavailable(f"The grader cannot build its reference model (profile {profile.name!r}): "
+                                   f"{error}") from None
 
 
 def _reference_listing(model) -> dict:
