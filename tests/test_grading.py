@@ -5,9 +5,11 @@ data its verdicts need says so in seconds, before grading anything. (The real ex
 hostile submissions: tests/test_grading_hostile.py, tests/test_grading_verdicts.py.)"""
 
 import json
+import re
 import os
 import tempfile
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -183,7 +185,8 @@ def test_the_answers_are_collected_escaped_into_a_review_page(tmp_path):
 
     solution = exercise.SOLUTIONS_DIR / "05_exercise_bert_base.ipynb"
     course = nbformat.read(exercise.student_path(solution), as_version=4)
-    untouched = grading.collect_answers(course, course)
+    reviewed = grading.find_exercise(solution).reviewed_code
+    untouched = grading.collect_answers(course, course, reviewed)
     questions = [e for e in untouched if not e.get("code")]
     assert len(questions) >= 3 and all(e["answer"] == "" for e in questions)
     assert [e["question"] for e in untouched if e.get("code")] == ["The student's train_loop"]
@@ -191,7 +194,7 @@ def test_the_answers_are_collected_escaped_into_a_review_page(tmp_path):
     first = next(i for i, c in enumerate(answered.cells) if c.source.startswith(grading.QUESTION))
     answered.cells[first + 1].source = "Forward only. <script>alert(1)</script>"
     answered.cells.insert(first + 2, new_markdown_cell("And a second cell."))
-    found = grading.collect_answers(answered, course)
+    found = grading.collect_answers(answered, course, reviewed)
     assert found[0]["answer"] == "Forward only. <script>alert(1)</script>\n\nAnd a second cell."
     assert all(e["answer"] == "" for e in found[1:] if not e.get("code"))
     result = grading.Submission(path="x.ipynb", exercise="05_exercise_bert_base", student="alice", answers=found)
@@ -262,7 +265,7 @@ def test_a_hub_that_does_not_answer_is_named_before_any_submission_runs(tmp_path
     nbformat.write(new_notebook(cells=[new_code_cell("x = 1")]), tmp_path / "alice.ipynb")
     start = time.monotonic()
     with pytest.raises(grading.GradingError) as refused:
-        grading.grade_folder(tmp_path, tmp_path / "book", grading.BERT_BASE, progress=False,
+        grading.grade_folder(tmp_path, tmp_path / "book", grading.find_exercise(Path("05_exercise_bert_base.ipynb")), progress=False,
                              env={"FTCOURSE_PROFILE": "grading"})
     assert time.monotonic() - start < 10
     message = str(refused.value)
@@ -315,3 +318,30 @@ def test_the_evidence_folder_is_removed_whatever_was_left_in_it_and_a_huge_recor
     assert not by_part["y"].passed and "y.json holds 103 JSON values, more than the 50" in by_part["y"].message
     assert (scratch / "seen").read_text().startswith(str(scratch / "ftcourse-evidence-"))
     assert sorted(p.name for p in scratch.iterdir()) == ["seen"]  # the evidence folder is gone
+
+
+def test_the_engine_names_no_exercise_and_finds_each_in_its_own_module():
+    """Issue 38, item 6: the exercise is data, the grader an engine. Every exercise module beside the
+    engine is found (``known_exercises``), and none of an exercise's own names (its parts, the functions
+    its parts define or its checks call, its reviewed code) appears in ``grading.py``'s source."""
+    import ast
+    import inspect
+
+    exercises = grading.known_exercises()
+    assert "05_exercise_bert_base" in exercises
+    engine = inspect.getsource(grading)
+    tree = ast.parse(engine)
+    # What would be knowledge of an exercise: its names in the engine's strings (docstrings included), as an
+    # attribute, a function or class, or a module-level name. A local variable that happens to share a word
+    # with an answer's name (``results``) is not.
+    said = " ".join(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    named = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    named |= {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    named |= {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
+              if isinstance(target, ast.Name)}
+    for exercise in exercises.values():
+        names = {exercise.name, *exercise.reviewed_code, *exercise.solved_by_import}
+        for part in exercise.parts:
+            names |= {part.name, *part.defines, *part.checked_by}
+        in_strings = {name for name in names if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", said)}
+        assert not in_strings and not names & named, (exercise.name, in_strings, names & named)

@@ -10,6 +10,7 @@ Students never need to import these; the lessons' concepts are in ``ftcourse`` i
 - ``exercise``: the student copies of the exercise, generated from the solved ones;
 - ``checks``: the checks a student runs in the exercise notebooks;
 - ``grading``: grading submitted notebooks; its docstring gives the design;
+- ``exercise_bert_base``: the bert-base exercise declared for the grader: parts, records, verdicts;
 - ``sandbox``: the security boundary: a submission's code runs only inside bubblewrap;
 - ``kernelrun``: inside the sandbox, one notebook executed in a fresh kernel;
 - ``evidence``: inside the sandbox, calls a submission's functions and writes what they made, as data;

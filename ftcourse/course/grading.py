@@ -9,14 +9,14 @@ the whole sandbox's memory and processes, on CPU time and on output):
    first failing cell, ``timeout``, ``kernel died``, ``output flood``) and which cells raised. A
    part whose own cells raised (its answer, or the cell that checks it) fails.
 2. **Then the grader's recording cells**, in the same kernel (``ftcourse.course.evidence``): they
-   call the student's functions (``add_lora``, ``build_model``, ``run_regime``, ``summarize``) and
+   call the student's functions (the exercise's ``Exercise.records``) and
    write what came out into a folder of the grader's, bound into the sandbox and capped in size:
    JSON records, and the weights each run changed, as safetensors. Nothing else leaves the sandbox.
 3. **The verdicts, in the grader's own process** (``ftcourse.course.verdicts``), which never
    executes submission code: it reads that folder as hostile data, rebuilds every model from the
    course's code, loads the recorded weights into them and recomputes each figure it judges (the
-   LoRA count on bert-base, which parameters train, that training happened and nothing frozen moved,
-   the accuracy re-scored on its own dev set, the trainable counts, the seed summary). A check passes
+   exercise's ``Exercise.judge``: for the bert-base exercise, the LoRA count, which parameters train,
+   that training happened and nothing frozen moved, the accuracy re-scored on its own dev set). A check passes
    only on such a positive, recomputed result; a missing or malformed record is a failure.
 
 Which guarantee comes from where:
@@ -30,8 +30,11 @@ Which guarantee comes from where:
 - *from the checks*: what the data cannot prove is only checked for sense (seconds per epoch, peak
   memory); the guard (``ftcourse.course.guard``), installed before the recording cells, is a second
   line: a student function that patches the grader's modules when called sends its part to REVIEW.
-- A submission that imports the course's own helper for a part (``ftcourse.lora.add_lora``,
-  ``ftcourse.regimes.run_regime``) gets that part sent for review (``Exercise.solved_by_import``).
+- A submission that imports the course's own helper for a part gets that part sent for review
+  (``Exercise.solved_by_import``).
+
+The engine knows no exercise by name: each is declared, as data and its own verdict function, in a
+module ``ftcourse/course/exercise_<name>.py`` (``known_exercises``); a new exercise needs no change here.
 
 ``grade_folder`` grades a class in parallel and writes a gradebook; ``ftcourse grade`` is
 the command (see ``ftcourse.course.cli``). Before any submission runs, both build what the
@@ -131,7 +134,7 @@ class Part:
 
 @dataclass(frozen=True)
 class Exercise:
-    name: str  # the notebook's file name without .ipynb, e.g. "05_exercise_bert_base"
+    name: str  # the notebook's file name without .ipynb
     title: str
     checks: tuple
     parts: tuple = ()
@@ -148,6 +151,8 @@ class Exercise:
     #: ``prepare(profile)``: build what ``judge`` needs in the grader's process (data, models), or raise
     #: saying what is missing and how to fix it; called before any submission runs (``ready``).
     prepare: object = None
+    #: The functions whose source the review page shows: what the student wrote that no check can judge.
+    reviewed_code: tuple = ()
 
     @property
     def course_path(self) -> Path:
@@ -157,23 +162,8 @@ class Exercise:
         return tuple(self.records(profile) if callable(self.records) else self.records)
 
 
-REGIMES = ("frozen", "finetune", "lora")
-LOOP_REGIMES = ("frozen", "finetune")  # the regimes the student's own loop trains
-#: The lists the grader asks ``summarize`` about (its own arithmetic is the answer).
-SUMMARY_EXAMPLES = ([0.80, 0.84, 0.78, 0.90], [0.5, 0.5], [0.71, 0.64, 0.69])
+#: The name the evidence module has in the submission's kernel (``GUARD_CELL``), for the records' code.
 EVIDENCE = "__ftcourse_evidence__"
-
-
-def bert_base_records(profile) -> tuple:
-    others = [seed for seed in profile.stability_seeds if seed != 0]
-    return (
-        Record("1 lora", f"{EVIDENCE}.record_lora(add_lora)"),
-        Record("2 regimes", f"{EVIDENCE}.record_regimes(build_model, {REGIMES!r})"),
-        Record("3 loop", f"{EVIDENCE}.record_loop(globals(), {LOOP_REGIMES!r})"),
-        Record("4 measure", f"{EVIDENCE}.record_runs(globals(), {REGIMES!r}, (0,), 'results.json')"),
-        Record("5 seeds", f"{EVIDENCE}.record_summary(summarize, {SUMMARY_EXAMPLES!r})"),
-        Record("5 seeds", f"{EVIDENCE}.record_runs(globals(), {REGIMES!r}, {tuple(others)!r}, 'stability.json')"),
-    )
 
 
 def student_raised(error) -> str:
@@ -184,103 +174,24 @@ def student_raised(error) -> str:
     return f"{clean(error.what, 80)} raised {_message(error.ename, error.evalue)}"
 
 
-def prepare_bert_base(profile) -> None:
-    """The reference the bert-base verdicts rebuild every model from (``verdicts.prepare``): its dev set
-    and pretrained encoder, or ``verdicts.ReferenceUnavailable`` naming what is missing and the fix."""
-    from . import verdicts
-
-    verdicts.prepare(profile)
+#: The exercises the grader knows: each ``ftcourse/course/exercise_<name>.py`` module declares one as
+#: ``EXERCISE`` (its parts, records, verdicts, helper policy and reviewed code); the engine names none.
+EXERCISE_MODULE_PREFIX = "exercise_"
 
 
-def judge_bert_base(folder: Path, profile) -> list:
-    """The bert-base exercise's verdicts, each recomputed by ``ftcourse.course.verdicts``."""
-    from . import verdicts
-    from ..session import quiet_libraries
+def known_exercises() -> dict:
+    """``{name: Exercise}`` of every exercise module beside this one (``EXERCISE_MODULE_PREFIX``)."""
+    import importlib
+    import pkgutil
 
-    quiet_libraries()
-    found = []
-
-    def check(part, hidden, verdict):
-        try:
-            found.append((part, True, verdict(), hidden))
-        except verdicts.StudentRaised as error:
-            found.append((part, False, student_raised(error), hidden))
-        except verdicts.EvidenceMissing as missing:
-            found.append((part, False, str(missing), hidden))
-        except Exception as error:  # malformed evidence: a failure, never a crash of the grader
-            found.append((part, False, f"the evidence is malformed ({type(error).__name__}: {error})", hidden))
-
-    def loaded(name):
-        try:
-            return verdicts.read_json(folder, name)
-        except verdicts.EvidenceMissing as missing:
-            return missing
-
-    def given(value):
-        if isinstance(value, Exception):
-            raise value
-        return value
-
-    def pick(records, regime, seed=None):
-        """The record of ``regime`` (and ``seed``) in a loaded file: a dict by regime, or a list of records."""
-        records = given(records)
-        if isinstance(records, dict):
-            return records.get(regime)
-        if not isinstance(records, list):
-            return None
-        return next((r for r in records if isinstance(r, dict) and r.get("regime") == regime
-                     and (seed is None or r.get("seed") == seed)), None)
-
-    def rescored(records, regime, seed):
-        return "rescored {accuracy:.4f}".format(**verdicts.run(pick(records, regime, seed), regime, seed, folder,
-                                                               verdicts.reference(profile)))
-
-    lora, regimes, loop, results, stability, summary = (loaded(f"{n}.json") for n in (
-        "lora", "regimes", "loop", "results", "stability", "summary"))
-    check("1 lora", False, lambda: verdicts.lora_on_bert_base(given(lora)))
-    for regime in REGIMES:
-        check("2 regimes", False, lambda regime=regime: verdicts.regime_model(pick(regimes, regime), regime,
-                                                                             verdicts.reference(profile)))
-    for regime in LOOP_REGIMES:
-        check("3 loop", True, lambda regime=regime: verdicts.loop(pick(loop, regime), regime, folder,
-                                                                  verdicts.reference(profile)))
-    for regime in REGIMES:
-        check("4 measure", True, lambda regime=regime: rescored(results, regime, 0))
-    check("5 seeds", False, lambda: verdicts.summary(given(summary), SUMMARY_EXAMPLES))
-    for regime in REGIMES:
-        for seed in (s for s in profile.stability_seeds if s != 0):
-            check("5 seeds", True, lambda regime=regime, seed=seed: rescored(stability, regime, seed))
+    found = {}
+    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if module.name.startswith(EXERCISE_MODULE_PREFIX):
+            exercise = importlib.import_module(f"{__package__}.{module.name}").EXERCISE
+            found[exercise.name] = exercise
     return found
 
 
-BERT_BASE = Exercise(
-    name="05_exercise_bert_base",
-    title="bert-base: frozen, fine-tuned, LoRA r=8",
-    parts=(
-        Part("1 lora", ("add_lora",), ("check_lora_on_bert_base",)),
-        Part("2 regimes", ("build_model",), ("check_frozen_regime", "check_finetune_regime", "check_lora_regime")),
-        Part("3 loop", ("train_loop",), ("check_train_loop",)),
-        Part("4 measure", ("run_regime", "results"), ("check_regime_result",)),
-        Part("5 seeds", ("summarize", "stability"), ("check_seed_summary",)),
-    ),
-    records=bert_base_records,
-    judge=judge_bert_base,
-    prepare=prepare_bert_base,
-    solved_by_import={"1 lora": ("ftcourse.lora", "add_lora", None),
-                      "3 loop": ("ftcourse.training", "train", "train_loop"),
-                      "4 measure": ("ftcourse.regimes", "run_regime", None)},
-    checks=(
-        Check("1 lora", "add_lora's configuration, rebuilt on bert-base: 294,912 LoRA parameters, 0.27%", False),
-        Check("2 regimes", "build_model(regime) is the course's model and trains what the regime trains", False),
-        Check("3 loop", "the student's train_loop, run on the frozen and full regimes, trained every parameter the "
-                        "regime trains and left every other one the pretrained one"),
-        Check("4 measure", "each run trained (its trainable weights moved, its frozen ones are the pretrained), and "
-                           "its accuracy and trainable count are the re-scored model's"),
-        Check("5 seeds", "summarize's mean, sample std and range on the grader's examples", False),
-        Check("5 seeds", "every stability run verified and re-scored as in part 4"),
-    ),
-)
-EXERCISES = {exercise.name: exercise for exercise in (BERT_BASE,)}
 #: Run in the submission's kernel after its last cell, before the grader's recording cells (which run
 #: under the guard, a second line behind the verdicts): it takes the grading's secret from the file
 #: kernelrun wrote (and deletes it), keeps it only in a closure, and stamps it on the guard's own
@@ -383,17 +294,18 @@ class Submission:
 def find_exercise(path: Path, name: str | None = None) -> Exercise:
     """The exercise named ``name``, else the one whose name the file name contains, else the
     only one there is."""
+    exercises = known_exercises()
     if name:
-        if name not in EXERCISES:
-            raise GradingError(f"Unknown exercise {name!r}. Known exercises: {', '.join(EXERCISES)}.")
-        return EXERCISES[name]
-    matches = [e for e in EXERCISES.values() if e.name in Path(path).stem]
+        if name not in exercises:
+            raise GradingError(f"Unknown exercise {name!r}. Known exercises: {', '.join(exercises)}.")
+        return exercises[name]
+    matches = [e for e in exercises.values() if e.name in Path(path).stem]
     if len(matches) == 1:
         return matches[0]
-    if len(EXERCISES) == 1:
-        return next(iter(EXERCISES.values()))
+    if len(exercises) == 1:
+        return next(iter(exercises.values()))
     raise GradingError(f"Cannot tell which exercise {Path(path).name} is. Fix: pass --exercise, one of: "
-                       f"{', '.join(EXERCISES)}.")
+                       f"{', '.join(exercises)}.")
 
 
 class Refused(GradingError):
@@ -549,9 +461,9 @@ def scaffold_names(course: nbformat.NotebookNode) -> set:
 
 
 def imports_of(nb: nbformat.NotebookNode, module: str, function: str, inside: str | None = None) -> bool:
-    """Whether the submission's code reaches ``module.function``: imports it (``from ftcourse.lora import
-    add_lora``, ``import ftcourse.lora``, ``from ftcourse import lora``), calls ``<anything>.function``, or
-    names the module in a string (``importlib.import_module("ftcourse.lora")``). With ``inside``: whether
+    """Whether the submission's code reaches ``module.function``: imports it (``from a.b import f``,
+    ``import a.b``, ``from a import b``), calls ``<anything>.function``, or names the module in a string
+    (``importlib.import_module("a.b")``). With ``inside``: whether
     the body of the function ``inside`` calls ``function`` (by its name, or as ``<module's last part>.function``)."""
     package, _, leaf = module.rpartition(".")
     for cell in nb.cells:
@@ -586,14 +498,11 @@ def imports_of(nb: nbformat.NotebookNode, module: str, function: str, inside: st
 QUESTION = "**Question"
 #: The answers' stub in the student copy (``ftcourse.course.exercise``).
 ANSWER_STUB = "YOUR ANSWER HERE"
-#: The functions whose source the review page shows: what the student wrote that no check can judge.
-REVIEWED_CODE = ("train_loop",)
-
-
-def collect_answers(nb: nbformat.NotebookNode, course: nbformat.NotebookNode) -> list:
+def collect_answers(nb: nbformat.NotebookNode, course: nbformat.NotebookNode, reviewed_code=()) -> list:
     """The written questions of the course's notebook and the submission's answers: for each question
     cell (markdown, starting "**Question"), every cell after it in the submission up to the next cell the
-    course gave, and the source of each function in ``REVIEWED_CODE``. A stub left as it was is no answer."""
+    course gave, and the source of each function named in ``reviewed_code`` (``Exercise.reviewed_code``). A stub
+    left as it was is no answer."""
     given = {c.source.strip() for c in course.cells if c.source.strip() and c.source.strip() != ANSWER_STUB}
     sources = [c.source.strip() for c in nb.cells]
     answers = []
@@ -609,7 +518,7 @@ def collect_answers(nb: nbformat.NotebookNode, course: nbformat.NotebookNode) ->
             if source and source != ANSWER_STUB:
                 written.append(source)
         answers.append({"question": question, "answer": "\n\n".join(written)})
-    for name in REVIEWED_CODE:
+    for name in reviewed_code:
         code = [c.source for c in nb.cells if c.cell_type == "code" and f"def {name}(" in c.source]
         answers.append({"question": f"The student's {name}", "answer": "\n\n".join(code), "code": True})
     return answers
@@ -802,7 +711,7 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, env: dict
                                         f"fewer than half of the given cells of {exercise.name} are in this notebook")
         result.cell_errors.append(result.failing_cell)
         return
-    result.answers = collect_answers(nb, course)
+    result.answers = collect_answers(nb, course, exercise.reviewed_code)
     ready([exercise], env)  # what the verdicts need, before the submission runs for nothing
     # 1. One sandboxed kernel: the notebook as submitted, every cell even after an error, then the
     #    grader's cells, which call the student's functions and write what they made into our folder.
@@ -968,7 +877,7 @@ def grade_folder(folder, gradebook, exercise: Exercise | None = None, workers: i
     found = submissions_in(folder)
     if not found:
         raise GradingError(f"No notebooks (*.ipynb) under {folder}. Fix: put one notebook per student there, "
-                           "e.g. submissions/alice/05_exercise_bert_base.ipynb.")
+                           "e.g. submissions/alice/<exercise>.ipynb.")
     profile = (env or {}).get("FTCOURSE_PROFILE") or os.environ.get("FTCOURSE_PROFILE") or "offline"
     previous = {} if force else _load_gradebook(gradebook.with_suffix(".json"))
     version = grader_version()
