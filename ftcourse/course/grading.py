@@ -19,6 +19,14 @@ the whole sandbox's memory and processes, on CPU time and on output):
    that training happened and nothing frozen moved, the accuracy re-scored on its own dev set). A check passes
    only on such a positive, recomputed result; a missing or malformed record is a failure.
 
+**The threat model.** A submission runs arbitrary code in its kernel, and the recording cells run in that
+kernel too: anything written there can be forged. A part should PASS only on evidence this process verifies
+by recomputation, where forging it costs at least as much as the work; a claim it cannot verify goes to the
+instructor as REVIEW, never as PASS. Known gaps, stated for instructors in ``book/instructors.md`` (issue 38):
+"trained" is read from changed digests (noise passes), the re-scoring set is the dev split the sandbox mounts,
+"frozen" is read through the model's own ``named_parameters``, and a helper reached other than by a plain
+import is not seen.
+
 Which guarantee comes from where:
 
 - *from the boundary*: whatever the submission does in its process (patch the checks, the guard,
