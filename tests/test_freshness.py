@@ -30,8 +30,8 @@ def _stamped(tmp_path, data):
     (data / "sst2" / "train.tsv").write_text("sentence\tlabel\na fine film\t1\n")
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# A lesson"),
-                nbformat.v4.new_code_cell("%matplotlib inline\nimport ftcourse\nprofile = ftcourse.setup()"),
-                nbformat.v4.new_code_cell("from ftcourse import regimes\nprint(regimes.__name__)")]
+                nbformat.v4.new_code_cell("%matplotlib inline\nimport ftcourse\nprofile = ftcourse.setup()", execution_count=1),
+                nbformat.v4.new_code_cell("from ftcourse import regimes\nprint(regimes.__name__)", execution_count=2)]
     nb.metadata[freshness.STAMP_KEY] = freshness.stamp(nb, "offline", data, root)
     return root, nb
 
@@ -88,9 +88,19 @@ def test_a_module_the_notebook_never_reaches_does_not_make_it_stale(tmp_path):
     assert freshness.stale_reasons(nb, data=data, root=root) == []
 
 
+def test_a_notebook_never_executed_shows_nothing_to_be_stale(tmp_path):
+    root, nb = _stamped(tmp_path, tmp_path / "data")
+    del nb.metadata[freshness.STAMP_KEY]
+    for cell in nb.cells[1:]:
+        cell.execution_count = None
+    assert freshness.stale_reasons(nb, data=tmp_path / "data", root=root) == []  # no outputs at all
+    nb.cells[2].outputs = [nbformat.v4.new_output("stream", text="ftcourse.regimes\n")]
+    assert freshness.stale_reasons(nb, data=tmp_path / "data", root=root) == ["it carries no stamp of what it was executed from"]
+
+
 def test_the_stale_command_names_the_notebook_and_exits_nonzero(tmp_path, monkeypatch, capsys):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("import ftcourse")]
+    nb.cells = [nbformat.v4.new_code_cell("import ftcourse", execution_count=1)]
     path = tmp_path / "lesson.ipynb"
     nbformat.write(nb, path)
     assert notebooks.main(["stale", str(path)]) == 1

@@ -149,6 +149,9 @@ def _describe(key: str) -> str:
 
 def stale_reasons(nb, profile: str = COMMITTED_PROFILE, data="setting", root: Path = config.REPO_ROOT) -> list[str]:
     """Why ``nb``'s outputs may not come from the current code, as phrases; empty when fresh."""
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    if not any(cell.get("outputs") or cell.get("execution_count") is not None for cell in code):
+        return []  # never executed (the student copy of the exercise): it shows no output to be stale
     recorded = nb.metadata.get(STAMP_KEY)
     if not recorded or "inputs" not in recorded:
         return ["it carries no stamp of what it was executed from"]
