@@ -95,4 +95,3 @@ def bwrap():
     if sandbox.bwrap() is None:
         message = "bubblewrap (bwrap) is not installed: run `make system-packages`"
         pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
-

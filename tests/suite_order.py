@@ -58,8 +58,9 @@ def files(kind: str) -> list[str]:
     if kind == "tests":
         found = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py"))
     elif kind == "notebooks":
-        found = [p.relative_to(ROOT).as_posix() for folder in ("notebooks", "solutions")
-                 for p in sorted((ROOT / folder).glob("*.ipynb"))]
+        from ftcourse.course.catalog import course_notebooks  # the one list of the course's notebooks
+
+        found = [p.relative_to(ROOT).as_posix() for p in course_notebooks(ROOT)]
     else:
         raise SystemExit(f"usage: python tests/suite_order.py tests|notebooks (got {kind!r})")
     return heaviest_first(found)

@@ -275,11 +275,15 @@ class BuildProgress:
         (_, running), rest = ahead[0], ahead[1:]
         return max(running - running_for, 0.0) + sum(seconds for _, seconds in rest)
 
+    def left_now(self, key: str, index: int | None) -> float | None:
+        """``left`` after cell ``index`` (``None``: none finished yet), the running cell counted down."""
+        now = time.perf_counter()
+        return self.left(key, -1 if index is None else index, now - self._cell_done_at.get(key, now))
+
     def line(self, key: str, index: int | None = None) -> str:
         done, total = self._done.get(key, 0), len(self.code_cells[key])
-        now = time.perf_counter()
-        spent = now - self._started[key]
-        left = self.left(key, index if index is not None else -1, now - self._cell_done_at.get(key, now))
+        spent = time.perf_counter() - self._started[key]
+        left = self.left_now(key, index)
         return (f"{key:<34} {done:>3}/{total:<3} cells  {_minutes(spent)} spent, "
                 + (f"about {_minutes(max(left, 0))} left" if left is not None else "time left unknown (first build)"))
 
@@ -322,8 +326,7 @@ class BuildProgress:
                 if key not in self.measured or self.measured[key]["seconds"] != 0.0:
                     continue  # finished
                 if key in self._bars:
-                    now = time.perf_counter()
-                    left = self.left(key, self._last_cell.get(key, -1), now - self._cell_done_at.get(key, now))
+                    left = self.left_now(key, self._last_cell.get(key))
                     if left is not None:
                         self._bars[key].set_postfix_str(f"about {_minutes(left)} left")
                 elif time.perf_counter() - self._printed[key] >= self.every:
