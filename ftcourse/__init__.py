@@ -13,6 +13,12 @@ A lesson imports these; each module is one idea, in the order the course meets t
 - ``regimes``: frozen, LoRA and full fine-tuning on the same data and budget (lessons 1, 3);
 - ``lora``: LoRA with peft, and one backbone serving many tasks (lesson 3);
 - ``costs``: what each regime costs in parameters and bytes (lesson 3);
+- ``methods``: which parameters move, for every adaptation method the course trains;
+- ``engine`` (``ftcourse.experiments``, one experiment system): a declared run trained into one record;
+- ``store``: each run stored once per build, so lessons quoting one comparison read one set of runs;
+- ``choose``: one learning-rate chooser, on a validation part carved from the training split;
+- ``compare``: verdicts from paired differences over seeds, with their intervals and ties;
+- ``provenance``: which code made a result, as a digest of a module and all it imports;
 - ``frontier``: every parameter-efficient method trained on one encoder and budget (lesson 3b);
 - ``ablations``: partial freezing, the stability tactics one at a time, and what pretraining buys (lesson 3c);
 - ``similarity``: sentence embeddings, [CLS] against mean, Sentence-BERT (lesson 4);

@@ -70,26 +70,25 @@ def test_a_random_start_is_the_same_architecture_with_fresh_weights(encoder):
     assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), again.parameters()))
 
 
-def test_partial_freezing_trains_less_and_stores_only_what_it_trained(encoder, profile):
-    train, dev = toy(32, 0), toy(16, 1)
-    runs = ablations.partial_freezing(encoder, train, dev, profile, ks=(1, LAYERS), seeds=(0,), lora_rank=4, lora_lr=5e-3)
-    by = {r.setting: r for r in runs}
-    assert list(by) == ["nothing frozen", "k=1", f"k={LAYERS}", "LoRA r=4"]
+def test_partial_freezing_trains_less_and_stores_only_what_it_trained(encoder, profile, tmp_path):
+    from ftcourse.experiments import RunStore
+
+    store = RunStore(tmp_path)
+    train, validation, dev = toy(32, 0), data.carve_validation(toy(17, 1), 16)[1], toy(16, 2)
+    study = ablations.partial_freezing(encoder, train, validation, dev, profile, ks=(1, LAYERS), seeds=(0, 1),
+                                       store=store)
+    by = {label: group[0] for label, group in study.rows.items()}
+    assert list(by) == ["nothing frozen", "k=1", f"k={LAYERS}", "LoRA r=8"]
     total = heads.count_parameters(encoder)["total"] + 32 * 2 + 2
     assert by["nothing frozen"].trainable == total and by["nothing frozen"].bytes_per_task == 4 * total
     assert by[f"k={LAYERS}"].trainable == 32 * 2 + 2 == by[f"k={LAYERS}"].bytes_per_task // 4
     assert by["nothing frozen"].trainable > by["k=1"].trainable > by[f"k={LAYERS}"].trainable
-    # LoRA: rank-4 updates on each layer's query and value (4 x (32 + 32) each), and the head, at its own lr.
-    lora = by["LoRA r=4"]
-    assert lora.trainable == LAYERS * 2 * 4 * (32 + 32) + 32 * 2 + 2 == lora.bytes_per_task // 4 and lora.lr == 5e-3
-    assert "LoRA r=4" in "\n".join(ablations.verdicts(runs, ablations.tactics(encoder, toy(16, 0), toy(8, 1), profile),
-                                                      ablations.pretraining(encoder, train, dev, profile, sizes=(8,),
-                                                                            seeds=(0,))))
-    assert [r.setting for r in ablations.partial_freezing(encoder, train, dev, profile, ks=(), lora_rank=0)] == \
-        ["nothing frozen"]
-    assert len({r.steps for r in runs}) == 1  # one budget
-    assert all(0 <= r.accuracy <= 1 and r.scored_on == "dev" for r in runs)
-    table = ablations.partial_freezing_table(runs, heads.count_parameters(encoder)["total"])
+    lora = by["LoRA r=8"]  # rank-8 updates on each layer's query and value, and the head
+    assert lora.trainable == LAYERS * 2 * 8 * (32 + 32) + 32 * 2 + 2 == lora.bytes_per_task // 4
+    assert by["k=1"].lr == study.choices["k=1"].lr and "k=3" not in study.choices  # the head alone: 3b's own runs
+    assert len({r.steps for r in study.records}) == 1  # one budget
+    assert all(len(group) == 2 for group in study.rows.values())
+    table = ablations.partial_freezing_table(study, heads.count_parameters(encoder)["total"])
     assert [row[0] for row in table.rows] == list(by)
 
 
@@ -103,50 +102,20 @@ def test_the_tactics_differ_only_in_themselves(encoder):
     assert settings["lower 1 layers frozen"][1] == LAYERS // 2
 
 
-def test_tactics_run_at_the_scaled_lr_and_every_seed(encoder, profile):
-    runs = ablations.tactics(encoder, toy(16, 0), toy(8, 1), profile, seeds=(0, 1))
-    assert len(runs) == 2 * len(ablations.tactic_settings(encoder))
-    assert {r.lr for r in runs} == {ablations.TACTIC_LR_SCALE * profile.finetune_lr}
-    table = ablations.tactics_table(runs)
-    assert len(table.rows) == 5 and "±" in table.rows[0][1]
+def test_tactics_and_pretraining_run_at_their_budget_and_every_seed(encoder, profile, tmp_path):
+    from ftcourse.experiments import RunStore
 
-
-def test_pretraining_gives_every_size_the_same_steps_and_reuses_a_run(encoder, profile):
-    pool, dev = toy(32, 0), toy(8, 1)
-    earlier = ablations.partial_freezing(encoder, pool, dev, profile, ks=(), seeds=(0,))
-    runs = ablations.pretraining(encoder, pool, dev, profile, sizes=(8, 32), seeds=(0,), reuse=earlier)
-    assert [(r.train_size, r.setting) for r in runs] == [(8, "pretrained"), (8, "random init"),
-                                                         (32, "pretrained"), (32, "random init")]
-    assert {r.steps for r in runs} == {4}  # 32 / batch 8 = 4 steps; 8 sentences repeat 4 epochs
-    assert runs[2].accuracy == earlier[0].accuracy and runs[2].study == "pretraining"
+    store = RunStore(tmp_path)
+    train, validation, dev = toy(16, 0), data.carve_validation(toy(17, 1), 16)[1], toy(8, 2)
+    study = ablations.tactics(encoder, train, validation, dev, profile, seeds=(0, 1), store=store)
+    assert list(study.rows) == list(ablations.tactic_settings(encoder))
+    chosen = study.reference.choices["full fine-tuning"].lr
+    assert {r.lr for r in study.records} == {ablations.TACTIC_LR_SCALE * chosen}
+    table = ablations.tactics_table(study)
+    assert len(table.rows) == 5 and "±" in table.rows[0][1] and table.rows[0][-1] == "(the reference)"
+    runs = ablations.pretraining(encoder, train, validation, dev, profile, sizes=(8, 16), seeds=(0, 1), store=store)
+    assert list(runs.rows) == ["pretrained, 8", "random init, 8", "pretrained, 16", "random init, 16"]
+    assert {r.steps for r in runs.records} == {2}  # 16 / batch 8 = 2 steps; 8 sentences repeat 2 epochs
+    assert [r.dev for r in runs.rows["pretrained, 16"]] == [r.dev for r in study.reference.chosen["full fine-tuning"]]
+    assert runs.rows["random init, 8"][0].lr == runs.choices["random init"].lr
     assert len(ablations.pretraining_table(runs).rows) == 2
-
-
-def test_choose_lr_scores_on_validation_and_keeps_the_best(encoder, profile):
-    validation = data.carve_validation(toy(9, 1), 8)[1]  # a chooser reads only a carved part
-    lr, runs = ablations.choose_lr(lambda: copy.deepcopy(encoder), toy(16, 0), validation, (1e-4, 1e-3), profile)
-    assert [r.lr for r in runs] == [1e-4, 1e-3] and {r.scored_on for r in runs} == {"validation"}
-    assert lr == max(runs, key=lambda r: r.accuracy).lr
-
-
-def _run(study, setting, accuracy, seed=0, seconds=1.0, k=None, size=100, trainable=10):
-    return ablations.AblationRun(study, setting, seed, size, accuracy, trainable, 4 * trainable, seconds, 10, 1e-4, k)
-
-
-def test_verdicts_read_the_runs():
-    freezing = [_run("f", "nothing frozen", 0.80, seconds=10), _run("f", "k=0", 0.80, seconds=9, k=0),
-                _run("f", "k=3", 0.79, seconds=6, k=3), _run("f", "k=6", 0.70, seconds=3, k=6)]
-    tactic = [_run("t", name, acc, seed=s) for name, base in (("neither", 0.60), ("warmup only", 0.75))
-              for s, acc in enumerate((base, base + 0.01, base - 0.01))]
-    pretraining = [_run("p", "pretrained", 0.70, size=64), _run("p", "random init", 0.50, size=64),
-                   _run("p", "pretrained", 0.80, size=600), _run("p", "random init", 0.55, size=600)]
-    lines = ablations.verdicts(freezing, tactic, pretraining)
-    assert lines[0].startswith("the head alone (k=6) is the cheapest") and lines[0].endswith("agrees")
-    assert "agrees" in lines[1]
-    assert lines[2].startswith("between the extremes: k=0, 3 of k=0, 3 stay within") and "deepest, k=3" in lines[2]
-    assert "warmup only does the most work" in lines[3]
-    assert "(+20.0 points)" in lines[4] and lines[4].endswith("agrees")
-    slower = [*freezing[:3], _run("f", "k=6", 0.70, seconds=12, k=6)]
-    assert "DISAGREES" in ablations.verdicts(slower, tactic, pretraining)[1]
-    flat = [_run("p", "pretrained", 0.52, size=64), _run("p", "random init", 0.50, size=64)]
-    assert ablations.verdicts(freezing, tactic, flat)[-1].endswith("DISAGREES")

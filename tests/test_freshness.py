@@ -105,3 +105,15 @@ def test_the_stale_command_names_the_notebook_and_exits_nonzero(tmp_path, monkey
     nbformat.write(nb, path)
     assert notebooks.main(["stale", str(path)]) == 1
     assert "lesson.ipynb: it carries no stamp" in capsys.readouterr().out
+
+
+def test_rewording_a_docstring_or_a_comment_does_not_make_a_notebook_stale(tmp_path):
+    data = tmp_path / "data"
+    root, nb = _stamped(tmp_path, data)
+    regimes = root / "ftcourse" / "regimes.py"
+    text = regimes.read_text()
+    reworded = text.replace('"""', '"""Reworded. ', 1) + "\n# a new comment\n"
+    regimes.write_text(reworded)
+    assert freshness.stale_reasons(nb, data=data, root=root) == []
+    regimes.write_text(reworded.replace("def ", "def _x(): pass\n\n\ndef ", 1))  # code: stale
+    assert freshness.stale_reasons(nb, data=data, root=root) == ["the module ftcourse.regimes changed"]

@@ -63,46 +63,29 @@ def test_prompt_tuning_hides_its_virtual_positions_from_the_head(encoder):
     assert not torch.allclose(model(ids, mask).last_hidden_state, states)
 
 
-def test_the_sweep_chooses_on_validation_and_only_chosen_runs_see_dev(encoder):
+def test_the_sweep_chooses_on_validation_and_the_chosen_lr_trains_every_seed(encoder, tmp_path):
+    from ftcourse.experiments import RunStore
+
     profile = config.get_profile("smoke").with_(frontier_epochs=2, regime_batch_size=8)
     methods = [frontier.method("frozen + linear head"), frontier.method("LoRA r=8")]
     validation = data.carve_validation(toy(25, 1), 24)[1]  # a chooser reads only a carved part
-    runs = frontier.frontier(encoder, toy(48, 0), validation, toy(24, 2), profile, methods=methods[::-1], seeds=(0, 1))
-    assert runs[0].method == "frozen + linear head"  # first: its head lr is every method's
+    result = frontier.frontier(encoder, toy(48, 0), validation, toy(24, 2), profile, methods=methods[::-1],
+                               seeds=(0, 1), store=RunStore(tmp_path))
+    assert list(result.choices) == ["frozen + linear head", "LoRA r=8"]  # first: its head lr is every method's
+    assert result.head_lr == result.choices["frozen + linear head"].lr
     for m in methods:
-        sweep = [r for r in runs if r.method == m.name and r.seed == 0]
-        best = max(sweep, key=lambda r: r.validation)
+        choice = result.choices[m.name]
+        lrs = [r.lr for r in choice.tried]
         lo, hi = m.lrs
-        # a 2-point grid's best is at an end: the grid grows one step (x4) that way
-        assert [r.lr for r in sweep] in ([lo, hi, hi * 4], [lo, hi, lo / 4]), [r.lr for r in sweep]
-        assert (sweep[2].lr == hi * 4) == (max(sweep[:2], key=lambda r: r.validation).lr == hi)
-        assert [r.dev is not None for r in sweep] == [r is best for r in sweep]
-        again = [r for r in runs if r.method == m.name and r.seed == 1]
-        assert len(again) == 1 and again[0].lr == best.lr and again[0].dev is not None
-    summary = frontier.summarize(runs)
+        assert lrs[:2] == [lo, hi] and len(lrs) >= 3  # a 2-point grid's best is at an end: the grid grows
+        assert choice.lr == max(choice.tried, key=lambda r: r.validation).lr
+        assert [r.seed for r in result.chosen[m.name]] == [0, 1] and {r.lr for r in result.chosen[m.name]} == {choice.lr}
+    assert result.chosen["LoRA r=8"][0].spec.head_lr == result.head_lr
+    summary = frontier.summarize(result)
     assert summary["LoRA r=8"]["n"] == 2 and summary["LoRA r=8"]["steps"] == 2 * 6
     assert summary["frozen + linear head"]["method_parameters"] == 0
-    assert "validation lr" in frontier.frontier_table(summary, 10_000).columns
-
-
-def _summary(**means):
-    sizes = {"full fine-tuning": 1000, "LoRA r=8": 50, "prompt tuning": 20, "frozen + linear head": 2}
-    return {n: {"mean": m, "std": 0.01, "n": 3, "method_parameters": sizes[n] - 2, "head_parameters": 2,
-                "bytes_per_task": 4 * sizes[n], "seconds_per_epoch": 10.0 if n == "full fine-tuning" else 7.0,
-                "peak_memory_bytes": 100 if n == "full fine-tuning" else 60, "lr": 1e-3, "steps": 10}
-            for n, m in means.items()}
-
-
-def test_the_pareto_front_and_the_verdicts_are_computed_from_the_runs():
-    summary = _summary(**{"full fine-tuning": 0.90, "LoRA r=8": 0.89, "prompt tuning": 0.60,
-                          "frozen + linear head": 0.75})
-    assert frontier.pareto_front(summary) == ["frozen + linear head", "LoRA r=8", "full fine-tuning"]
-    lines = frontier.verdicts(summary)
-    assert "LoRA r=8 (5.00% of its parameters)" in lines[0] and "prompt tuning" not in lines[0]
-    assert "2 of 2 PEFT methods" in lines[1] and "0.70x" in lines[1] and "agrees" in lines[-1]
-    close = _summary(**{"full fine-tuning": 0.90, "LoRA r=8": 0.50, "prompt tuning": 0.89,
-                        "frozen + linear head": 0.5})
-    assert "DISAGREES" in frontier.verdicts(close)[-1] and "no method keeps" not in frontier.verdicts(close)[0]
+    table = frontier.frontier_table(result, 10_000)
+    assert "validation lr" in table.columns and "(the reference)" not in str(table)  # no full fine-tuning here
 
 
 def test_the_validation_part_is_carved_from_training_and_never_overlaps():

@@ -7,7 +7,9 @@ builder (``ftcourse.course.notebooks.execute``) records, in the notebook's metad
 
 - ``notebook``: its code cells' sources (markdown does not change an output);
 - ``code:<module>``: every module of the package that its code can import, followed through the
-  package's own imports (found statically, so a module it never reaches does not make it stale);
+  package's own imports (found statically, so a module it never reaches does not make it stale),
+  each digested without its docstrings and comments (``provenance.source_digest``): rewording
+  them changes no output;
 - ``model:ftcourse-bert-mini``: the course's committed raw encoder;
 - ``pins``: ``constraints.txt``, the exact library versions of the course's builds;
 - ``profile``: every field of the profile it ran under (the committed notebooks: ``offline``);
@@ -19,95 +21,20 @@ difference, naming the notebook, what changed and the command that re-executes i
 
 from __future__ import annotations
 
-import ast
-import hashlib
 from pathlib import Path
 
 from .. import config
+from ..provenance import modules_reached
+from ..provenance import digest as _digest, folder_digest as _folder_digest, module_file as _module_file, source_digest
 
 STAMP_KEY = "ftcourse"
-PACKAGE = "ftcourse"
 #: The profile the committed notebooks are executed under.
 COMMITTED_PROFILE = config.DEFAULT_PROFILE
-_DIGITS = 16  # hex digits kept of each sha256: collisions are not the threat here, stale outputs are
-
-
-def _digest(*parts: bytes) -> str:
-    hasher = hashlib.sha256()
-    for part in parts:
-        hasher.update(len(part).to_bytes(8, "little"))
-        hasher.update(part)
-    return hasher.hexdigest()[:_DIGITS]
-
-
-def _folder_digest(folder: Path) -> str:
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    return _digest(*(part for p in files for part in (p.relative_to(folder).as_posix().encode(), p.read_bytes())))
 
 
 def code_cells(nb) -> list[str]:
     """The notebook's code cells' sources, in order: what its outputs are computed from."""
     return [cell.source for cell in nb.cells if cell.cell_type == "code"]
-
-
-def _module_file(name: str, root: Path) -> Path | None:
-    """The file of the package module ``name`` (dotted) under ``root``, if it is one."""
-    path = root.joinpath(*name.split("."))
-    if (path / "__init__.py").is_file():
-        return path / "__init__.py"
-    if path.with_suffix(".py").is_file():
-        return path.with_suffix(".py")
-    return None
-
-
-def _imported(tree: ast.AST, current: str | None, is_package: bool) -> set[str]:
-    """Package modules an AST imports: ``import a.b``, ``from a import b`` (b may be a module),
-    relative imports resolved against ``current``. Candidates only; the caller keeps real files."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if current is None:
-                    continue
-                parts = current.split(".")
-                base = parts if is_package else parts[:-1]
-                base = base[:len(base) - (node.level - 1)]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
-    return {name for name in found if name == PACKAGE or name.startswith(PACKAGE + ".")}
-
-
-def _parse_cell(source: str) -> ast.AST:
-    try:
-        return ast.parse(source)
-    except SyntaxError:  # IPython magics and shell lines: keep the lines Python reads
-        kept = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
-        try:
-            return ast.parse(kept)
-        except SyntaxError:
-            return ast.Module(body=[], type_ignores=[])  # the cell raises when run: nothing it imports
-
-
-def modules_reached(cells: list[str], root: Path = config.REPO_ROOT) -> list[str]:
-    """Every package module that code ``cells`` can import, directly or through the package's
-    own imports, each with the packages above it (importing ``a.b`` runs ``a/__init__``)."""
-    pending, seen = set(), set()
-    for source in cells:
-        pending |= _imported(_parse_cell(source), None, False)
-    while pending:
-        name = pending.pop()
-        file = _module_file(name, root)
-        if file is None or name in seen:
-            continue
-        seen.add(name)
-        pending |= {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
-        pending |= _imported(ast.parse(file.read_text()), name, file.name == "__init__.py")
-    return sorted(seen)
 
 
 def inputs(nb, profile: "config.Profile | str | None" = None, data: Path | None | str = "setting",
@@ -123,7 +50,7 @@ def inputs(nb, profile: "config.Profile | str | None" = None, data: Path | None 
     cells = code_cells(nb)
     found = {"notebook": _digest(*(cell.encode() for cell in cells))}
     for module in modules_reached(cells, root):
-        found[f"code:{module}"] = _digest(_module_file(module, root).read_bytes())
+        found[f"code:{module}"] = source_digest(_module_file(module, root))
     encoder = root / "data" / "ftcourse-bert-mini"
     if encoder.is_dir():
         found["model:ftcourse-bert-mini"] = _folder_digest(encoder)

@@ -1,0 +1,60 @@
+"""One chooser: a learning rate picked on a validation part carved from the training split.
+
+``choose_lr`` trains a spec at each rate of a grid and keeps the one whose run scores best on
+``validation`` (never on the split a lesson reports). When the best sits at an end of the grid,
+the grid grows one ``step`` further that way, up to ``extensions`` times, so a chosen rate is
+not one the grid merely cut off; a rate still at the edge after that is flagged (``at_edge``).
+Every run goes through the store, so a second lesson asking the same sweep reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tqdm.auto import tqdm
+
+from .. import data
+from . import engine, store as store_module
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The chosen rate, its run, and every run tried (in the order tried)."""
+
+    lr: float
+    best: engine.RunRecord
+    tried: tuple
+    at_edge: bool  # the best is still at an end of the grid after every extension
+
+    @property
+    def grid(self) -> list[float]:
+        return sorted(r.lr for r in self.tried)
+
+    def line(self, name: str = "") -> str:
+        """``"name lr on validation: 1e-4 0.780, 4e-4 0.812 -> 4e-4"``."""
+        tried = ", ".join(f"{r.lr:g} {r.validation:.3f}" for r in sorted(self.tried, key=lambda r: r.lr))
+        edge = " (still at the grid's end)" if self.at_edge else ""
+        return f"{name + ' ' if name else ''}lr on validation: {tried} -> {self.lr:g}{edge}"
+
+
+def choose_lr(base: engine.RunSpec, grid, encoder, train, validation, dev=None, step: float = 4.0,
+              extensions: int = 2, store: store_module.RunStore | None = None, progress: bool = True) -> Choice:
+    """``base`` at every rate of ``grid`` (then extended), the best on ``validation`` kept.
+    Runs are also scored on ``dev`` when given (reported for the chosen one; never read here).
+    Ties go to the rate tried first."""
+    data.require_validation(validation, "experiments.choose_lr")
+    scored = {"validation": validation, **({"dev": dev} if dev is not None else {})}
+
+    def at(lr):
+        return store_module.run(base.with_(lr=lr), encoder, train, scored, store=store)
+
+    tried = [at(lr) for lr in tqdm(sorted(grid), desc=f"{base.method}: lr sweep", leave=False, disable=not progress)]
+    for _ in range(extensions):
+        lrs = sorted(r.lr for r in tried)
+        best = max(tried, key=lambda r: r.validation).lr
+        if len(lrs) < 2 or best not in (lrs[0], lrs[-1]):
+            break
+        tried.append(at(lrs[-1] * step if best == lrs[-1] else lrs[0] / step))
+    best = max(tried, key=lambda r: r.validation)
+    lrs = sorted(r.lr for r in tried)
+    return Choice(best.lr, best, tuple(tried), len(lrs) > 1 and best.lr in (lrs[0], lrs[-1]))
