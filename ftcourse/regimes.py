@@ -319,8 +319,9 @@ def learning_curve(encoder: nn.Module, pool: datasets.Dataset, dev: datasets.Dat
 
 
 def summarize(results) -> dict:
-    """(regime, size) -> {"mean", "std", "n", "steps"} of dev accuracy over seeds, and the
-    optimiser steps its runs took (a sorted tuple: one value when every seed took the same)."""
+    """(regime, size) -> {"mean", "std", "n", "steps", "by_seed"} of dev accuracy over seeds, the
+    optimiser steps its runs took (a sorted tuple: one value when every seed took the same), and
+    each seed's accuracy (what a paired comparison reads)."""
     groups: dict = {}
     for r in results:
         groups.setdefault((r.regime, r.train_size), []).append(r)
@@ -328,16 +329,28 @@ def summarize(results) -> dict:
     for key, runs in groups.items():
         t = torch.tensor([r.accuracy for r in runs])
         summary[key] = {"mean": t.mean().item(), "std": t.std().item() if len(runs) > 1 else 0.0,
-                        "n": len(runs), "steps": tuple(sorted({r.steps for r in runs}))}
+                        "n": len(runs), "steps": tuple(sorted({r.steps for r in runs})),
+                        "by_seed": {r.seed: r.accuracy for r in runs}}
     return summary
 
 
+def compared(summary: dict, a: str, b: str, size: int):
+    """``a`` against ``b`` at ``size``: the paired difference over their shared seeds
+    (``experiments.compare.paired``; the same seed draws the same subset for both)."""
+    from .experiments.compare import paired
+
+    return paired(summary[(a, size)]["by_seed"], summary[(b, size)]["by_seed"], a, b)
+
+
 def best_regime_by_size(summary: dict) -> dict:
-    """size -> the regime with the highest mean dev accuracy."""
+    """size -> the regime with the highest mean dev accuracy, or ``"tie: a, b"`` naming every
+    regime the top one does not beat by the paired difference over seeds (95% interval)."""
     best: dict = {}
-    for (regime, size), stats in sorted(summary.items(), key=lambda kv: kv[0][1]):
-        if size not in best or stats["mean"] > summary[(best[size], size)]["mean"]:
-            best[size] = regime
+    for size in sorted({size for _, size in summary}):
+        regimes = [r for (r, s) in summary if s == size]
+        top = max(regimes, key=lambda r: summary[(r, size)]["mean"])
+        level = [r for r in regimes if r != top and compared(summary, top, r, size).outcome != "beats"]
+        best[size] = f"tie: {', '.join([top, *level])}" if level else top
     return best
 
 
@@ -388,10 +401,11 @@ def fall_line(summary: dict, again: dict | None, regime: str, sizes: tuple, fact
 
 
 def crossover(summary: dict, low: str = "frozen", high: str = "finetune") -> int | None:
-    """The smallest size from which ``high`` beats ``low`` at every larger size too
-    (``None`` if it never does)."""
+    """The smallest size from which ``high`` beats ``low`` at every larger size too, each by the
+    paired difference over seeds with a 95% interval above zero (``None`` if it never does: a
+    gap inside the seeds' noise is a tie, not a crossover)."""
     sizes = sorted({size for (regime, size) in summary if regime in (low, high)})
-    winning = [summary[(high, s)]["mean"] > summary[(low, s)]["mean"] for s in sizes]
+    winning = [compared(summary, high, low, s).outcome == "beats" for s in sizes]
     for i, size in enumerate(sizes):
         if all(winning[i:]):
             return size
@@ -472,7 +486,9 @@ def learning_curve_table(summary: dict) -> Table:
             + [best[size], steps(size)] for size in sorted(best)]
     seeds = {stats["n"] for stats in summary.values()}
     return Table(["examples", *regimes, "best", "steps (every run)"], rows,
-                 notes=[f"dev accuracy, mean ± standard deviation over {'/'.join(map(str, sorted(seeds)))} seeds"])
+                 notes=[f"dev accuracy, mean ± standard deviation over {'/'.join(map(str, sorted(seeds)))} seeds",
+                        "best: the highest mean, or a tie with every regime it does not beat by the paired difference "
+                        "over the same seeds and subsets (95% interval)"])
 
 
 # ----------------------------------------------------------------------------- tagging

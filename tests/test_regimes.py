@@ -29,14 +29,22 @@ def test_linear_probe_folds_standardisation_into_a_plain_linear():
     assert accuracy > 0.95
 
 
-def test_crossover_needs_a_lasting_win():
-    summary = {("frozen", 32): {"mean": 0.7}, ("finetune", 32): {"mean": 0.6},
-               ("frozen", 128): {"mean": 0.7}, ("finetune", 128): {"mean": 0.75},
-               ("frozen", 512): {"mean": 0.7}, ("finetune", 512): {"mean": 0.8}}
+def _cell(*accuracies):
+    return {"mean": sum(accuracies) / len(accuracies), "by_seed": dict(enumerate(accuracies))}
+
+
+def test_crossover_needs_a_lasting_win_that_the_seeds_resolve():
+    summary = {("frozen", 32): _cell(0.70, 0.71, 0.69), ("finetune", 32): _cell(0.60, 0.61, 0.60),
+               ("frozen", 128): _cell(0.70, 0.71, 0.69), ("finetune", 128): _cell(0.75, 0.77, 0.74),
+               ("frozen", 512): _cell(0.70, 0.71, 0.69), ("finetune", 512): _cell(0.80, 0.82, 0.79)}
     assert regimes.crossover(summary) == 128
     assert regimes.best_regime_by_size(summary) == {32: "frozen", 128: "finetune", 512: "finetune"}
-    summary[("finetune", 512)] = {"mean": 0.6}
+    summary[("finetune", 512)] = _cell(0.60, 0.61, 0.60)
+    assert regimes.crossover(summary) is None  # a win that does not last is no crossover
+    # a higher mean inside the seeds' noise (seed 1 reverses the order) is a tie, never a crossover
+    summary[("finetune", 512)] = _cell(0.78, 0.65, 0.77)
     assert regimes.crossover(summary) is None
+    assert regimes.best_regime_by_size(summary)[512] == "tie: finetune, frozen"
 
 
 def tiny_encoder(layers: int):
