@@ -55,7 +55,7 @@ def _reference(encoder, train, validation, dev, profile, seeds, store):
     each at the lr its validation sweep chose, over ``seeds`` (read from the run store)."""
     from . import frontier
 
-    methods = [frontier.method(name) for name in (frontier.FROZEN, "LoRA r=8", "full fine-tuning")]
+    methods = [frontier.method(name) for name in frontier.CANONICAL_METHODS]
     return frontier.frontier(encoder, train, validation, dev, profile, methods=methods, seeds=seeds, store=store)
 
 
@@ -218,7 +218,8 @@ def partial_freezing_table(study: Study, encoder_parameters: int) -> Table:
                         "nothing frozen stores the whole model",
                         f"{full['steps']} optimiser steps each; every row's lr chosen on validation (the head "
                         "alone: its own rate; nothing frozen, LoRA and the head alone are lesson 3b's runs)",
-                        "- nothing frozen: the paired difference over the same seeds; 'tie' where its interval holds zero"])
+                        "- nothing frozen: the paired difference over the same seeds; 'tie' where its interval holds zero",
+                        *[choice.line(label) for label, choice in study.choices.items()]])
 
 
 def tactics_table(study: Study) -> Table:
@@ -243,7 +244,8 @@ def pretraining_table(study: Study) -> Table:
                      summary[pre]["steps"], f"{summary[pre]['lr']:g} / {summary[rand]['lr']:g}"])
     return Table(["labelled sentences", "pretrained", RANDOM_INIT, "gap (points, 95% CI)", "steps", "lr (each start's)"],
                  rows, notes=["the same architecture, recipe and number of optimiser steps; a small set repeats; "
-                              "each start at its own lr chosen on validation"])
+                              "each start at its own lr chosen on validation",
+                              *[choice.line(label) for label, choice in study.choices.items()]])
 
 
 def plot_partial_freezing(study: Study, ax=None):

@@ -103,7 +103,71 @@ def frontier(encoder: nn.Module, train: datasets.Dataset, validation: datasets.D
     return Frontier(choices, chosen, head_lr)
 
 
+# ----------------------------------------------------------------------------- the canonical comparison
+
+#: The comparison every lesson makes on SST-2: the frozen head, LoRA r=8 and full fine-tuning.
+CANONICAL_METHODS = (FROZEN, "LoRA r=8", "full fine-tuning")
+
+
+def canonical_splits(profile=None, tokenizer=None):
+    """SST-2 as this lesson sizes it, tokenised: ``(train, validation, dev)``. ``validation`` is
+    carved from the training split (``profile.frontier_validation_size``, seed 0) and ``train``
+    (``frontier_train_size`` sentences) is drawn from the rest; ``dev`` is GLUE's dev set, the
+    split every lesson reports."""
+    from . import data, models
+    from .regimes import tokenize_sentences
+
+    profile = config.get_profile(profile)
+    tokenizer = tokenizer or models.load_tokenizer(profile=profile)
+    sst2 = data.load_sst2(profile, full=True)
+    rest, held_out = data.carve_validation(sst2["train"], profile.frontier_validation_size)
+    return (tokenize_sentences(data.subsample(rest, profile.frontier_train_size), tokenizer, profile.max_length),
+            tokenize_sentences(held_out, tokenizer, profile.max_length),
+            tokenize_sentences(data.subsample(sst2["validation"], profile.frontier_eval_size), tokenizer,
+                               profile.max_length))
+
+
+def canonical(profile=None, encoder=None, tokenizer=None, store=None) -> Frontier:
+    """The course's canonical comparison: ``CANONICAL_METHODS`` on ``canonical_splits``, at this
+    lesson's budget and seeds, each at the lr its validation sweep chose. One set of runs, from
+    the run store: lessons 1, 3b and 3c quote these very records, so the comparison has one
+    answer wherever it appears."""
+    from . import models
+
+    profile = config.get_profile(profile)
+    encoder = encoder if encoder is not None else models.load_encoder(profile, add_pooling_layer=False)
+    train, validation, dev = canonical_splits(profile, tokenizer)
+    return frontier(encoder, train, validation, dev, profile, methods=[method(n) for n in CANONICAL_METHODS],
+                    seeds=profile.frontier_seeds, store=store)
+
+
 # ----------------------------------------------------------------------------- reading it
+
+
+def versus(result: Frontier, a: str, b: str):
+    """Method ``a`` against method ``b``: the paired difference of their dev accuracy over the seeds."""
+    from .experiments import by_seed, paired
+
+    return paired(by_seed(result.chosen[a]), by_seed(result.chosen[b]), a, b)
+
+
+def canonical_figures(result: Frontier) -> list[tuple]:
+    """Headline figures for the canonical runs: each method's mean dev accuracy x100 over its seeds,
+    named alike in every lesson that quotes them (``tests/test_canonical_runs.py`` compares them)."""
+    from .experiments import summarize as over_seeds
+
+    return [(f"{name}, the canonical runs (lesson 3b), mean of {len(runs)} seeds",
+             100 * over_seeds(runs)[name]["mean"], None, "accuracy x100") for name, runs in result.chosen.items()]
+
+
+def seeds_line(result: Frontier) -> str:
+    """Each method's dev accuracy seed by seed, and the budget they share."""
+    first = next(iter(result.chosen.values()))[0]
+    return (f"{first.train_size} sentences, {first.steps} steps a run, seeds {[r.seed for r in next(iter(result.chosen.values()))]}: "
+            + "; ".join(f"{name} {[round(r.dev, 3) for r in runs]}" for name, runs in result.chosen.items()))
+
+
+
 
 
 def summarize(result: Frontier) -> dict:

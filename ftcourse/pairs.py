@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 
 import datasets
 import torch
@@ -57,17 +58,96 @@ def train_cross_encoder(encoder: nn.Module, train: datasets.Dataset, profile=Non
 
 
 def choose_lr(encoder: nn.Module, train: datasets.Dataset, validation: datasets.Dataset, lrs, profile=None,
-              epochs: int = 1, pad_token_id: int = 0) -> tuple[float, dict]:
+              epochs: int = 1, pad_token_id: int = 0, extensions: int = 2, step: float = 4.0) -> tuple[float, dict]:
     """The lr of ``lrs`` whose cross-encoder, trained ``epochs`` on ``train``, ranks the pairs of
-    ``validation`` (carved from the training split, never the reported one) best. Returns
-    ``(lr, {lr: validation Spearman x100})``; ties go to the first tried."""
+    ``validation`` (carved from the training split, never the reported one) best. When the best
+    sits at an end of the grid, the grid grows one ``step`` that way, up to ``extensions`` times
+    (as ``experiments.choose_lr`` does). Returns ``(lr, {lr: validation Spearman x100})``; ties go
+    to the first tried."""
     data.require_validation(validation, "pairs.choose_lr")
     scores = {}
-    for lr in tqdm(lrs, desc="cross-encoder lr sweep"):
+
+    def score(lr):
         model, _ = train_cross_encoder(encoder, train, profile, epochs=epochs, lr=lr, pad_token_id=pad_token_id,
                                        progress=False)
         scores[lr] = spearman_x100(model, validation, pad_token_id)
+
+    for lr in tqdm(lrs, desc="cross-encoder lr sweep"):
+        score(lr)
+    for _ in range(extensions):
+        tried, best = sorted(scores), max(scores, key=scores.get)
+        if len(tried) < 2 or best not in (tried[0], tried[-1]):
+            break
+        score(tried[-1] * step if best == tried[-1] else tried[0] / step)
+    return max(scores, key=scores.get), dict(sorted(scores.items()))
+
+
+def choose_epochs(encoder: nn.Module, train: datasets.Dataset, validation: datasets.Dataset, lr: float,
+                  candidates=(1, 2, 3), profile=None, pad_token_id: int = 0, known: dict | None = None) -> tuple[int, dict]:
+    """The number of epochs, of ``candidates``, whose cross-encoder at ``lr`` ranks ``validation``'s
+    pairs best: the stopping rule, chosen for this architecture as lesson 4 chose the
+    bi-encoder's. ``known``: ``{epochs: score}`` already measured (``choose_lr``'s own run).
+    Returns ``(epochs, {epochs: validation Spearman x100})``; ties go to the fewest."""
+    data.require_validation(validation, "pairs.choose_epochs")
+    scores = dict(known or {})
+    for count in tqdm([c for c in candidates if c not in scores], desc="cross-encoder epochs"):
+        model, _ = train_cross_encoder(encoder, train, profile, epochs=count, lr=lr, pad_token_id=pad_token_id,
+                                       progress=False)
+        scores[count] = spearman_x100(model, validation, pad_token_id)
+    scores = dict(sorted(scores.items()))
     return max(scores, key=scores.get), scores
+
+
+@dataclass(frozen=True)
+class CrossEncoderChoice:
+    """A cross-encoder's rate and stopping point, both chosen on a carved validation part."""
+
+    lr: float
+    epochs: int
+    lr_scores: dict  # lr -> validation Spearman x100, at ``lr_epochs``
+    epoch_scores: dict  # epochs -> validation Spearman x100, at ``lr``
+    lr_epochs: int = 1
+
+    def line(self, name: str = "cross-encoder") -> str:
+        return (f"{name}, validation Spearman x100 by lr ({self.lr_epochs} epoch{'s' if self.lr_epochs > 1 else ''}): "
+                + ", ".join(f"{lr:g} {v:.1f}" for lr, v in self.lr_scores.items()) + f" -> {self.lr:g}"
+                + ("" if len(self.epoch_scores) < 2 else "; by epochs at that lr: "
+                   + ", ".join(f"{n} {v:.1f}" for n, v in self.epoch_scores.items()) + f" -> {self.epochs}"))
+
+
+def choose_cross_encoder(encoder: nn.Module, train: datasets.Dataset, validation: datasets.Dataset, lrs,
+                         profile=None, epochs=(1,), pad_token_id: int = 0) -> CrossEncoderChoice:
+    """The rate (``choose_lr``, at the fewest of ``epochs``), then the number of ``epochs`` at that
+    rate (``choose_epochs``), each on ``validation``."""
+    first = min(epochs)
+    lr, lr_scores = choose_lr(encoder, train, validation, lrs, profile, epochs=first, pad_token_id=pad_token_id)
+    count, epoch_scores = choose_epochs(encoder, train, validation, lr, epochs, profile, pad_token_id,
+                                        known={first: lr_scores[lr]})
+    return CrossEncoderChoice(lr, count, lr_scores, epoch_scores, first)
+
+
+def zero_shot_x100(encoder: nn.Module, tokenizer, pairs: datasets.Dataset) -> float:
+    """The untrained encoder's Spearman x100 on STS-B-style ``pairs`` (untokenised), from the cosine
+    of its mean-pooled last layer: the floor a supervised run on the same encoder must clear."""
+    scores = similarity.evaluate_encoder(encoder, tokenizer, pairs["sentence1"], pairs["sentence2"], pairs["score"],
+                                         poolings=("mean",))
+    return next(iter(scores.values()))
+
+
+def both_heads(role: str, encoder: nn.Module, tokenizer, train, held_out, test, profile, recipe, lrs) -> dict:
+    """A cross-encoder (its lr chosen on ``held_out`` at ``recipe``'s epochs) and a siamese
+    bi-encoder (``recipe``), both from the ``role`` model ``encoder`` on the untokenised STS-B
+    rows ``train``, scored on ``test``: ``{"cross", "bi", "choice"}``."""
+    from . import models
+
+    pad = tokenizer.pad_token_id
+    train_pairs, held_pairs, test_pairs = (tokenize_pairs(part, tokenizer, profile.max_length)
+                                           for part in (train, held_out, test))
+    choice = choose_cross_encoder(encoder, train_pairs, held_pairs, lrs, profile, (recipe.epochs,), pad)
+    cross, _ = train_cross_encoder(encoder, train_pairs, profile, lr=choice.lr, epochs=recipe.epochs, pad_token_id=pad)
+    bi, _ = similarity.cached_siamese(models.model_source(role, profile), train, recipe)
+    return {"cross": spearman_x100(cross, test_pairs, pad), "choice": choice,
+            "bi": similarity.evaluate_sentence_model(bi, test["sentence1"], test["sentence2"], test["score"])}
 
 
 def predicted_scores(model, pairs: datasets.Dataset, pad_token_id: int = 0) -> torch.Tensor:
@@ -153,6 +233,15 @@ def verdicts(cross: float, bi: float, cost: dict, extrapolated: dict, published:
         f"{paper_cost['cross_encoder_hours']} hours against {paper_cost['bi_encoder_seconds']} seconds on a GPU): "
         f"{'agrees' if ratio > 100 else 'DISAGREES'}",
     ]
+
+
+def zero_shot_verdict(cross: float, zero_shot: float, split: str = "test") -> str:
+    """Whether the trained cross-encoder beats the untrained encoder's mean-pooled cosine on the
+    same split: a supervised run below its own encoder's zero-shot score has learned less from
+    the labels than it had before them, and the notebook must say why."""
+    beats = cross > zero_shot
+    return (f"the cross-encoder ({cross:.2f}, STS-B {split}) against the same encoder untrained, mean-pooled "
+            f"cosine ({zero_shot:.2f}): {'above it' if beats else 'BELOW IT: the trained run learned less than the encoder knew'}")
 
 
 def encoder_verdict(raw: tuple, adapted: tuple) -> str:

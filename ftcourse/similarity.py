@@ -14,7 +14,9 @@ paper). Four ways to get the vectors:
   with ``CosineSimilarityLoss`` (the Sentence-BERT recipe).
 
 ``spearman`` and ``evaluate_sentence_model`` (sentence-transformers' own
-``EmbeddingSimilarityEvaluator``) score them.
+``EmbeddingSimilarityEvaluator``) score them. ``paired_bootstrap`` decides whether one method
+beats another on the same pairs against the noise of which pairs the benchmark holds (a
+resampling of the pairs; it says nothing about another training seed).
 """
 
 from __future__ import annotations
@@ -219,9 +221,19 @@ def evaluate_encoder(model, tokenizer, sentences1, sentences2, scores, poolings=
     Both sides are encoded in one pass; returns ``{(pooling, layer): spearman}``.
     """
     sentences1, sentences2, scores = check_pairs(sentences1, sentences2, scores, score_range)
+    cosines = encoder_cosines(model, tokenizer, sentences1, sentences2, poolings, layers, **kwargs)
+    return {key: spearman(c, scores) for key, c in cosines.items()}
+
+
+def encoder_cosines(model, tokenizer, sentences1, sentences2, poolings=POOLINGS, layers=(-1,), **kwargs) -> dict:
+    """The cosine of each pair's two sentence vectors, for every (pooling, layer) of a raw
+    encoder: ``{(pooling, layer): float array, one per pair}``. Both sides are encoded in one
+    pass. ``spearman`` of an array against the gold scores is ``evaluate_encoder``'s figure;
+    ``paired_bootstrap`` compares two arrays on the same pairs."""
+    sentences1, sentences2, _ = check_pairs(sentences1, sentences2)
     n = len(sentences1)
     embeddings = encode_layers(model, tokenizer, sentences1 + sentences2, poolings, layers, **kwargs)
-    return {key: score_embeddings(e[:n], e[n:], scores) for key, e in embeddings.items()}
+    return {key: cosine_similarity(e[:n], e[n:]).numpy() for key, e in embeddings.items()}
 
 
 # ----------------------------------------------------------------------------- GloVe
@@ -348,6 +360,15 @@ def evaluate_sentence_model(model, sentences1, sentences2, scores, score_range=S
     )
     metrics = evaluator(model)
     return float(metrics[f"{name}_spearman_cosine"] * 100)
+
+
+def sentence_model_cosines(model, sentences1, sentences2, batch_size: int = 64) -> np.ndarray:
+    """The cosine of each pair's two ``SentenceTransformer`` embeddings, one per pair: what
+    ``evaluate_sentence_model`` ranks, kept pair by pair for ``paired_bootstrap``."""
+    sentences1, sentences2, _ = check_pairs(sentences1, sentences2)
+    first = model.encode(sentences1, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+    second = model.encode(sentences2, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+    return cosine_similarity(first, second).numpy()
 
 
 @dataclass
@@ -485,6 +506,144 @@ def cached_siamese(source: str, train_pairs, config: SiameseConfig | None = None
     return model, "trained"
 
 
+# ----------------------------------------------------------------------------- verdicts against the noise
+
+#: The interval's confidence and the resamples ``paired_bootstrap`` draws by default.
+BOOTSTRAP_CONFIDENCE, BOOTSTRAP_RESAMPLES = 0.95, 2000
+
+
+@dataclass(frozen=True)
+class PairedBootstrap:
+    """``a`` against ``b``, scored on the same pairs: the difference of their Spearman x100
+    (``a - b``, in points) and its percentile interval over the pairs resampled with
+    replacement, both scored on each resample (paired).
+
+    The interval covers which pairs the benchmark happened to hold, not the training: a model
+    trained once is one draw of its seed, and no interval over pairs says how far another seed
+    would move it."""
+
+    a: str
+    b: str
+    difference: float
+    low: float
+    high: float
+    pairs: int
+    resamples: int
+    split: str = ""
+    confidence: float = BOOTSTRAP_CONFIDENCE
+
+    @property
+    def outcome(self) -> str:
+        """``"beats"`` (a over b: the interval lies above 0), ``"trails"`` (below 0) or ``"tie"``."""
+        if self.low > 0:
+            return "beats"
+        if self.high < 0:
+            return "trails"
+        return "tie"
+
+    @property
+    def interval(self) -> str:
+        return f"{self.confidence:.0%} CI {self.low:+.2f} to {self.high:+.2f}"
+
+    @property
+    def detail(self) -> str:
+        split = f"{self.split} " if self.split else ""
+        return (f"{self.a} - {self.b} = {self.difference:+.2f} points ({self.interval}, "
+                f"{self.pairs:,} {split}pairs resampled {self.resamples:,} times)")
+
+    @property
+    def verdict(self) -> str:
+        """One line: who wins, by how much, and the interval that decides it."""
+        if self.outcome == "beats":
+            return f"{self.a} beats {self.b}: {self.detail}"
+        if self.outcome == "trails":
+            return f"{self.b} beats {self.a}: {self.detail}"
+        return f"tie (the pairs do not separate them): {self.detail}"
+
+    def above(self, margin: float) -> str:
+        """Whether ``a`` is more than ``margin`` points above ``b``: ``"yes"`` when the whole
+        interval lies above ``margin``, ``"no"`` when it lies below, else ``"not resolved"``."""
+        if self.low > margin:
+            return "yes"
+        if self.high < margin:
+            return "no"
+        return "not resolved"
+
+    def gap_under(self, margin: float) -> str:
+        """Whether ``a`` and ``b`` lie within ``margin`` points of each other: ``"yes"`` when
+        the whole interval lies inside (-margin, margin), ``"no"`` when it lies wholly outside,
+        else ``"not resolved"``."""
+        if -margin < self.low and self.high < margin:
+            return "yes"
+        if self.low >= margin or self.high <= -margin:
+            return "no"
+        return "not resolved"
+
+    def __str__(self) -> str:
+        return self.verdict
+
+
+def _rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Pearson's r of each row of ``x`` with the same row of ``y`` (NaN for a constant row)."""
+    x = x - x.mean(axis=1, keepdims=True)
+    y = y - y.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (x * y).sum(axis=1) / np.sqrt((x * x).sum(axis=1) * (y * y).sum(axis=1))
+
+
+def resampled_spearman(predicted, gold, rows) -> np.ndarray:
+    """Spearman x100 of ``predicted`` against ``gold`` on each resample: ``rows`` is an
+    ``(resamples, n)`` array of pair indices. The Pearson correlation of average ranks, which is
+    what ``spearman`` (scipy's ``spearmanr``) computes, ties included."""
+    from scipy.stats import rankdata
+
+    predicted, gold = np.asarray(predicted, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    return 100 * _rowwise_pearson(rankdata(predicted[rows], axis=1), rankdata(gold[rows], axis=1))
+
+
+def paired_bootstrap(predicted_a, predicted_b, gold, a_name: str = "A", b_name: str = "B", split: str = "",
+                     resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                     confidence: float = BOOTSTRAP_CONFIDENCE) -> PairedBootstrap:
+    """Compare two predictions of the same pairs (``predicted_a``, ``predicted_b``: e.g. per-pair
+    cosines) by their Spearman x100 against ``gold``, with a paired bootstrap over the pairs.
+
+    Each of ``resamples`` draws (seeded by ``seed``) picks ``n`` pairs with replacement and
+    scores both predictions on them; the interval is the percentile interval of the
+    differences. A resample on which either prediction is constant ranks nothing and is dropped.
+    """
+    a, b, gold = (np.asarray(x, dtype=np.float64) for x in (predicted_a, predicted_b, gold))
+    if not (a.shape == b.shape == gold.shape) or gold.ndim != 1:
+        raise SimilarityInputError(
+            f"paired_bootstrap needs three 1-d arrays over the same pairs, got shapes {a.shape}, {b.shape} "
+            f"and {gold.shape}. Fix: pass each method's prediction for every pair, in the same order."
+        )
+    if len(gold) < 3:
+        raise SimilarityInputError(f"paired_bootstrap needs at least 3 pairs, got {len(gold)}.")
+    if resamples < 1 or not 0 < confidence < 1:
+        raise SimilarityInputError(f"Need resamples >= 1 and 0 < confidence < 1, got {resamples} and {confidence}.")
+    difference = spearman(a, gold) - spearman(b, gold)
+    if not np.isfinite(difference):
+        raise SimilarityInputError(
+            f"{a_name} or {b_name} predicts the same value for every pair, so it ranks nothing and has no "
+            "Spearman correlation to compare."
+        )
+    rng = np.random.default_rng(seed)
+    differences = []
+    for start in range(0, resamples, 250):  # a few MB at a time
+        rows = rng.integers(0, len(gold), size=(min(250, resamples - start), len(gold)))
+        differences.append(resampled_spearman(a, gold, rows) - resampled_spearman(b, gold, rows))
+    differences = np.concatenate(differences)
+    differences = differences[np.isfinite(differences)]
+    if len(differences) < resamples / 2:
+        raise SimilarityInputError(
+            f"Only {len(differences)} of {resamples} resamples of the {len(gold)} pairs could be scored (the rest "
+            "hold one value throughout). Fix: compare on more pairs."
+        )
+    low, high = np.percentile(differences, [50 * (1 - confidence), 50 * (1 + confidence)])
+    return PairedBootstrap(a_name, b_name, float(difference), float(low), float(high), len(gold),
+                           len(differences), split, confidence)
+
+
 # ----------------------------------------------------------------------------- reporting
 
 
@@ -581,45 +740,116 @@ def published_rows() -> dict:
             trained_row("mean", "dev"): ablation["mean"], trained_row("cls", "dev"): ablation["cls"]}
 
 
-def pooling_conclusions(raw: dict, glove: float, sbert: float, siamese: dict, measured: dict, paper: dict,
-                        siamese_test: dict | None = None) -> list[str]:
-    """Lesson 4's conclusions, each computed from the measurements: ``raw`` as
-    ``evaluate_encoder(..., layers="all")`` gives (STS-B test), ``sbert`` the Sentence-BERT
-    model's own score, ``siamese`` pooling -> the trained raw encoder's score on STS-B dev (the
-    split of the paper's pooling ablation), ``siamese_test`` the same on test, ``measured`` and
-    ``paper`` the rows of ``comparison_table``. The paper's side of each claim is computed from
-    its figures, and where the run and the paper disagree, a line says so."""
+#: After training, a pooling gap under this many points of Spearman x100 "matters little".
+LITTLE_GAP = 3.0
+#: Siamese training "lifts" a pooling when it scores more than this many points above raw [CLS].
+LIFT = 10.0
+#: Why this run's pooling gap after training may differ from the paper's, for the line that says so.
+WHY_POOLING_GAP = ("one training run per pooling, and a raw encoder and recipe far from the paper's bert-base "
+                   "(offline: the course's small MLM-only BERT, never trained on a sentence-level task, "
+                   "trained for the profile's few epochs), where the pooling can matter more")
+
+
+def _holds(comparison: PairedBootstrap) -> str:
+    """A claim "a beats b" read from the interval: yes, no, or not resolved by the pairs."""
+    return {"beats": "yes", "trails": "no", "tie": "not resolved"}[comparison.outcome]
+
+
+def pooling_conclusions(raw: dict, glove, sbert, trained: dict, gold: dict, measured: dict, paper: dict,
+                        resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                        why: str = WHY_POOLING_GAP) -> list[str]:
+    """Lesson 4's conclusions, each computed from per-pair cosines and decided against the noise.
+
+    ``raw``: ``{(pooling, layer): cosines}`` of the raw encoder on STS-B test (as
+    ``encoder_cosines(..., layers="all")`` gives); ``glove`` and ``sbert``: averaged GloVe's and
+    the Sentence-BERT model's cosines on test; ``trained``: ``{split: {pooling: cosines}}`` of
+    the siamese-trained raw encoder on ``"dev"`` (the split of the paper's pooling ablation)
+    and ``"test"``; ``gold``: ``{split: scores}``; ``measured`` and ``paper``: the rows of
+    ``comparison_table``.
+
+    Every comparison is on one split: a figure measured on dev is never set against one on
+    test, in this run or in the paper. "A beats B" and "the gap is under 3 points" are read from
+    a paired bootstrap over that split's pairs (``paired_bootstrap``): "not resolved" when the
+    interval cannot tell. The paper's side is computed from its figures on the same split, or
+    said to be missing. Where the run and the paper disagree, a line says so.
+    """
     from .published import SBERT_POOLING_ABLATION as ablation
     from .published import SBERT_STSB_SPEARMAN as stsb
+    from .published import SBERT_STSB_SUPERVISED as supervised
 
     yes = {True: "yes", False: "no"}
+    test = gold["test"]
+
+    def compare(a, b, a_name, b_name, split="test"):
+        return paired_bootstrap(a, b, gold[split], a_name, b_name, split, resamples, seed)
+
     last = max(layer for _, layer in raw)
     cls, mean = raw["cls", last], raw["mean", last]
-    gain, gap = min(siamese.values()) - cls, siamese["mean"] - siamese["cls"]
-    paper_gain = min(ablation.values()) - stsb["bert_cls"]  # a dev figure minus a test one, as the paper's tables allow
-    paper_gap = ablation["mean"] - ablation["cls"]
+    readings = {key: spearman(c, test) for key, c in raw.items()}
+    best = max((key for key in readings if np.isfinite(readings[key])), key=readings.get)
+    best_name = f"raw {'[CLS]' if best[0] == 'cls' else 'mean'}, " + ("embeddings" if best[1] == 0 else f"layer {best[1]}")
+
+    glove_cls = compare(glove, cls, "averaged GloVe", "raw [CLS]")
+    mean_cls = compare(mean, cls, "raw mean", "raw [CLS]")
+    glove_mean = compare(glove, mean, "averaged GloVe", "raw mean")
+    sbert_raw = compare(sbert, raw[best], "Sentence-BERT", best_name)
+    lifts = {p: compare(trained["test"][p], cls, f"trained {name}", "raw [CLS]")
+             for p, name in (("mean", "mean"), ("cls", "[CLS]"))}
+    trained_raw_mean = compare(trained["test"]["mean"], mean, "trained mean", "raw mean")
+    gaps = {split: compare(trained[split]["mean"], trained[split]["cls"], "trained mean", "trained [CLS]", split)
+            for split in ("dev", "test")}
+    paper_gap = ablation["mean"] - ablation["cls"]  # both Table 6, STS-B dev
+    paper_lift = supervised["bi_encoder"] - stsb["bert_cls"]  # Table 2 and Table 1, both STS-B test
+
+    # (claim, the paper's answer or None where it has no figure on this split, this run's answer, detail)
     claims = [
-        (f"raw [CLS] is below averaged GloVe (paper: {yes[stsb['bert_cls'] < stsb['glove_average']]})", cls < glove),
-        (f"raw mean beats raw [CLS] (paper: {yes[stsb['bert_mean'] > stsb['bert_cls']]})", mean > cls),
-        (f"raw mean is below averaged GloVe (paper: {yes[stsb['bert_mean'] < stsb['glove_average']]})", mean < glove),
-        ("the trained Sentence-BERT model beats every raw-encoder reading",
-         sbert > max(raw["mean", layer] for layer in range(last + 1))),
-        f"weaker trained row (dev) minus raw [CLS] (test): {gain:+.2f} points (paper: {paper_gain:+.2f})",
-        (f"siamese training lifts both poolings more than 10 points above raw [CLS] (paper: {yes[paper_gain > 10]})",
-         gain > 10),
-        (f"the mean-trained model beats the raw mean (paper: {yes[ablation['mean'] > stsb['bert_mean']]})",
-         siamese["mean"] > mean),
-        f"trained mean minus trained [CLS], STS-B dev: {gap:+.2f} points (paper, dev: {paper_gap:+.2f})",
-        (f"after training, the pooling matters little (gap under 3 points; paper: {yes[abs(paper_gap) < 3]})", abs(gap) < 3),
+        ("raw [CLS] is below averaged GloVe", yes[stsb["bert_cls"] < stsb["glove_average"]], _holds(glove_cls),
+         glove_cls.detail),
+        ("raw mean beats raw [CLS]", yes[stsb["bert_mean"] > stsb["bert_cls"]], _holds(mean_cls), mean_cls.detail),
+        ("raw mean is below averaged GloVe", yes[stsb["bert_mean"] < stsb["glove_average"]], _holds(glove_mean),
+         glove_mean.detail),
+        (f"the Sentence-BERT model beats the raw encoder's best reading ({best_name})",
+         yes[stsb["sbert_nli_base"] > max(stsb["bert_mean"], stsb["bert_cls"])], _holds(sbert_raw), sbert_raw.detail),
+        (f"siamese training with mean pooling lifts STS-B test more than {LIFT:.0f} points above raw [CLS] "
+         f"(the paper, test: SBERT-STSb-base, Table 2, minus BERT [CLS], Table 1: {paper_lift:+.2f} points)", yes[paper_lift > LIFT],
+         lifts["mean"].above(LIFT), lifts["mean"].detail),
+        (f"siamese training with [CLS] pooling lifts STS-B test more than {LIFT:.0f} points above raw [CLS] "
+         "(the paper has no test figure for a [CLS]-trained model)", None, lifts["cls"].above(LIFT),
+         lifts["cls"].detail),
+        ("the mean-trained model beats the raw mean on STS-B test",
+         yes[supervised["bi_encoder"] > stsb["bert_mean"]], _holds(trained_raw_mean), trained_raw_mean.detail),
+        (f"after training, the pooling matters little (gap under {LITTLE_GAP:.0f} points), STS-B dev",
+         yes[abs(paper_gap) < LITTLE_GAP], gaps["dev"].gap_under(LITTLE_GAP), None),
+        (f"after training, the pooling matters little (gap under {LITTLE_GAP:.0f} points), STS-B test "
+         "(the paper gives no test figure for it)", None, gaps["test"].gap_under(LITTLE_GAP), None),
     ]
-    if siamese_test is not None:
-        claims.append(f"the same gap on STS-B test: {siamese_test['mean'] - siamese_test['cls']:+.2f} points "
-                      "(the paper gives no test figure for it)")
-    lines = [c if isinstance(c, str) else f"{c[0]}: {'yes' if c[1] else 'no'}" for c in claims]
-    if cls >= glove or mean >= glove:
-        lines.append("disagrees with the paper: here a raw-encoder reading matches or beats averaged GloVe")
-    disagree = [name for name in ("raw encoder [CLS]", "raw encoder mean", "averaged GloVe")
-                if abs(measured[name] - paper[name]) > 10]
-    if disagree:
-        lines.append("more than 10 points from the paper: " + ", ".join(disagree))
+
+    def line(claim, theirs, ours, detail):
+        paper_side = "" if theirs is None or "(the paper" in claim else f" (paper: {theirs})"
+        return f"{claim}{paper_side}: {ours}" + (f"; {detail}" if detail else "")
+
+    lines = [line(*c) for c in claims[:-2]]
+    lines.append(f"pooling gap after training (trained mean - trained [CLS]), STS-B dev: the paper (Table 6): "
+                 f"{paper_gap:+.2f} points; this run: {gaps['dev'].difference:+.2f} points ({gaps['dev'].interval}, "
+                 f"{gaps['dev'].pairs:,} dev pairs resampled; one training run per pooling)")
+    lines.append(line(*claims[-2]))
+    lines.append(f"pooling gap after training, STS-B test: this run: {gaps['test'].difference:+.2f} points "
+                 f"({gaps['test'].interval}, {gaps['test'].pairs:,} test pairs resampled); the paper gives no "
+                 "test figure for it")
+    lines.append(line(*claims[-1]))
+    for claim, theirs, ours, _ in claims:
+        if theirs is None or ours == theirs:
+            continue
+        claim = claim.split(" (the paper")[0]
+        how = "disagrees with the paper" if ours in ("yes", "no") else "does not reproduce the paper (within the noise)"
+        text = f"{how}: {claim}: the paper {theirs}, this run {ours}"
+        if claim.startswith("after training"):
+            text += f" (the paper: {paper_gap:+.2f} points; this run: {gaps['dev'].difference:+.2f})"
+            text += (f". Likely reason: {why}" if ours == "no" else
+                     f": the {gaps['dev'].pairs:,} dev pairs do not resolve a gap this size ({gaps['dev'].interval})")
+        lines.append(text)
+    far = [name for name in ("raw encoder [CLS]", "raw encoder mean", "averaged GloVe")
+           if abs(measured[name] - paper[name]) > 10]
+    if far:
+        lines.append("more than 10 points from the paper: " + ", ".join(far))
     return lines

@@ -148,26 +148,27 @@ def _choosers():
     import ftcourse
 
     found = {}
-    for info in pkgutil.iter_modules(ftcourse.__path__):
-        if info.name.startswith("__"):  # __main__ runs the command line
+    names = [info.name for info in pkgutil.iter_modules(ftcourse.__path__)] + ["experiments.choose"]
+    for name in names:
+        if name.startswith("__"):  # __main__ runs the command line
             continue
-        module = importlib.import_module(f"ftcourse.{info.name}")
+        module = importlib.import_module(f"ftcourse.{name}")
         tree = ast.parse(open(module.__file__).read())
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and (node.name.startswith("choose_") or node.name == "sweep") \
                     and node.name != "choose_profile":  # picks a profile from the machine, not by a score
-                found[f"{info.name}.{node.name}"] = ast.unparse(node)
+                found[f"{name.split('.')[-1]}.{node.name}"] = ast.unparse(node)
     return found
 
 
 def test_every_chooser_reads_only_a_carved_validation_part():
     choosers = _choosers()
-    assert {"pairs.choose_lr", "ablations.choose_lr", "frontier.sweep"} <= set(choosers)
+    assert {"pairs.choose_lr", "pairs.choose_epochs", "choose.choose_lr"} <= set(choosers)
     assert [name for name, source in choosers.items() if "data.require_validation(validation" not in source] == []
 
 
 def test_a_reported_split_is_refused_and_the_carved_part_is_accepted_tokenised():
-    from ftcourse import ablations, frontier, pairs
+    from ftcourse import experiments, pairs
 
     split = datasets.Dataset.from_dict({"sentence": [f"s{i}" for i in range(20)], "label": [i % 2 for i in range(20)]})
     rest, validation = data.carve_validation(split, 5)
@@ -175,9 +176,8 @@ def test_a_reported_split_is_refused_and_the_carved_part_is_accepted_tokenised()
     for part in (split, rest):  # a whole split, or the part that trains, never chooses
         with pytest.raises(data.ReportedSplitError, match="carve_validation"):
             data.require_validation(part, "x")
-    method = frontier.METHODS[0]
     for choose in (lambda v: pairs.choose_lr(None, None, v, [1e-4]),
-                   lambda v: ablations.choose_lr(None, None, v, [1e-4]),
-                   lambda v: frontier.sweep(method, None, None, v, None, 0, 2)):
+                   lambda v: pairs.choose_epochs(None, None, v, 1e-4),
+                   lambda v: experiments.choose_lr(experiments.RunSpec("k=0", 1e-4), [1e-4], None, None, v)):
         with pytest.raises(data.ReportedSplitError, match="never a split a lesson reports"):
             choose(split)

@@ -194,17 +194,161 @@ def test_comparison_and_layer_tables_are_report_tables():
     assert [row[0] for row in layers.rows] == ["embeddings", "layer 1"] and "4.50" in str(layers)
 
 
-def test_pooling_conclusions_are_computed_and_say_where_the_paper_disagrees():
-    raw = {("cls", 0): 1.0, ("mean", 0): 30.0, ("cls", 1): 14.0, ("mean", 1): 36.0}
-    paper = similarity.published_rows()
-    measured = {"raw encoder [CLS]": 14.0, "raw encoder mean": 36.0, "averaged GloVe": 41.0}
-    lines = similarity.pooling_conclusions(raw, 41.0, 82.0, {"mean": 57.0, "cls": 55.5}, measured, paper,
-                                           siamese_test={"mean": 56.0, "cls": 55.0})
-    assert lines[0] == "raw [CLS] is below averaged GloVe (paper: yes): yes"
-    assert "weaker trained row (dev) minus raw [CLS] (test): +41.50 points (paper: +70.12)" in lines
-    assert "trained mean minus trained [CLS], STS-B dev: +1.50 points (paper, dev: +0.82)" in lines
-    assert "the same gap on STS-B test: +1.00 points (the paper gives no test figure for it)" in lines
-    assert paper[similarity.trained_row("mean", "dev")] == 87.44 and similarity.trained_row("cls", "test") not in paper
-    assert lines[-1] == "more than 10 points from the paper: raw encoder mean, averaged GloVe"
+def test_spread_line():
     matrix = np.array([[1.0, 0.9, 0.2], [0.9, 1.0, 0.1], [0.2, 0.1, 1.0]])
     assert similarity.spread_line("m", matrix, [(0, 1)]).endswith("paraphrase pairs average 0.900, all pairs average 0.400")
+
+
+def test_encoder_cosines_are_what_evaluate_encoder_ranks(tiny_bert):
+    model, tokenizer = tiny_bert
+    s1, s2, scores = ["a cat sat", "dogs run", "the sun", "rain falls"], ["a cat sat", "dogs ran", "moon", "xyz"], [5.0, 4.0, 1.0, 0.0]
+    cosines = similarity.encoder_cosines(model, tokenizer, s1, s2, layers=(-1,))
+    assert cosines["mean", 2].shape == (4,) and cosines["mean", 2][0] == pytest.approx(1.0, abs=1e-5)  # same sentence
+    scored = similarity.evaluate_encoder(model, tokenizer, s1, s2, scores)
+    assert {key: similarity.spearman(c, scores) for key, c in cosines.items()} == pytest.approx(scored)
+
+
+# ----------------------------------------------------------------------------- paired bootstrap
+
+
+def _predictions(n=600, seed=0):
+    """Gold scores on STS-B's scale (with ties) and three predictions: ``good`` and ``good_too``
+    equally noisy (independent noise), ``poor`` far noisier."""
+    rng = np.random.default_rng(seed)
+    gold = np.round(rng.uniform(0, 5, n) * 5) / 5
+    return gold, gold + rng.normal(0, 1.0, n), gold + rng.normal(0, 1.0, n), gold + rng.normal(0, 4.0, n)
+
+
+def test_resampled_spearman_is_spearman_on_each_resample():
+    gold, good, _, _ = _predictions(200)
+    rows = np.random.default_rng(3).integers(0, 200, size=(4, 200))
+    expected = [similarity.spearman(good[r], gold[r]) for r in rows]
+    np.testing.assert_allclose(similarity.resampled_spearman(good, gold, rows), expected, rtol=1e-10)
+
+
+def test_paired_bootstrap_planted_winner_loser_and_ties():
+    gold, good, good_too, poor = _predictions()
+    win = similarity.paired_bootstrap(good, poor, gold, "good", "poor", "dev", resamples=500)
+    assert win.outcome == "beats" and win.low > 0
+    assert win.difference == pytest.approx(similarity.spearman(good, gold) - similarity.spearman(poor, gold))
+    assert win.verdict.startswith("good beats poor: good - poor = +") and "600 dev pairs resampled 500 times" in win.verdict
+    lose = similarity.paired_bootstrap(poor, good, gold, "poor", "good", resamples=500)
+    assert lose.outcome == "trails" and lose.verdict.startswith("good beats poor")  # it can fail
+    # planted ties: the same prediction twice, and two predictions equally noisy
+    same = similarity.paired_bootstrap(good, good.copy(), gold, "good", "again", resamples=500)
+    assert same.outcome == "tie" and (same.low, same.high) == (0.0, 0.0) and same.gap_under(3) == "yes"
+    # mirrored: each pair twice, a's and b's noise swapped on the copy, so the two predictions differ
+    # pair by pair but score the same on the whole split (difference exactly 0)
+    mirrored_gold = np.concatenate([gold, gold])
+    a, b = np.concatenate([good, good_too]), np.concatenate([good_too, good])
+    equal = similarity.paired_bootstrap(a, b, mirrored_gold, "good", "good too", resamples=500)
+    assert equal.difference == pytest.approx(0.0, abs=1e-9) and equal.low < 0 < equal.high
+    assert equal.outcome == "tie" and equal.verdict.startswith("tie (the pairs do not separate them): good - good too")
+    # the same seed draws the same resamples
+    assert similarity.paired_bootstrap(good, good_too, gold, resamples=500) == similarity.paired_bootstrap(
+        good, good_too, gold, resamples=500)
+
+
+def test_paired_bootstrap_margins_can_fail_and_stay_unresolved():
+    gold, good, good_too, poor = _predictions()
+    win = similarity.paired_bootstrap(good, poor, gold, resamples=500)
+    assert win.gap_under(3) == "no" and win.above(3) == "yes" and win.above(win.high + 1) == "no"
+    assert similarity.paired_bootstrap(poor, good, gold, resamples=500).gap_under(3) == "no"  # either sign
+    small = similarity.paired_bootstrap(good[:60], good_too[:60], gold[:60], resamples=500)  # few pairs: wide
+    assert small.gap_under(small.high) == "not resolved" and small.above(0) == "not resolved"
+
+
+def test_paired_bootstrap_refuses_what_cannot_be_compared():
+    gold, good, _, _ = _predictions(50)
+    with pytest.raises(SimilarityInputError, match="same pairs"):
+        similarity.paired_bootstrap(good[:49], good, gold)
+    with pytest.raises(SimilarityInputError, match="ranks nothing"):
+        similarity.paired_bootstrap(np.ones(50), good, gold)
+
+
+# ----------------------------------------------------------------------------- lesson 4's conclusions
+
+
+def _lesson4_run(cls_extra=0.05, glove_noise=1.5, n=500, seed=0):
+    """Per-pair cosines as lesson 4 collects them, planted: raw [CLS] poor, raw mean fair, GloVe
+    ``glove_noise``, Sentence-BERT and the mean-trained model good; the [CLS]-trained model is the
+    mean-trained one with ``cls_extra`` more noise (0.05: the same model, all but)."""
+    rng = np.random.default_rng(seed)
+    gold = {split: np.round(rng.uniform(0, 5, n) * 5) / 5 for split in ("dev", "test")}
+
+    def noisy(split, sd):
+        return gold[split] + rng.normal(0, sd, n)
+
+    raw = {("cls", 0): np.ones(n), ("mean", 0): noisy("test", 4.0), ("cls", 1): noisy("test", 8.0),
+           ("mean", 1): noisy("test", 3.0)}
+    trained = {split: {"mean": noisy(split, 1.0)} for split in ("dev", "test")}
+    for split in trained:
+        trained[split]["cls"] = trained[split]["mean"] + rng.normal(0, cls_extra, n)
+    glove, sbert = noisy("test", glove_noise), noisy("test", 0.5)
+    measured = {"raw encoder [CLS]": similarity.spearman(raw["cls", 1], gold["test"]),
+                "raw encoder mean": similarity.spearman(raw["mean", 1], gold["test"]),
+                "averaged GloVe": similarity.spearman(glove, gold["test"])}
+    return raw, glove, sbert, trained, gold, measured
+
+
+def _conclusions(*run, **kwargs):
+    return similarity.pooling_conclusions(*run, similarity.published_rows(), resamples=300, **kwargs)
+
+
+def test_pooling_conclusions_compare_dev_with_dev_and_test_with_test():
+    raw, glove, sbert, trained, gold, measured = run = _lesson4_run()
+    lines = _conclusions(*run)
+    assert lines[0].startswith("raw [CLS] is below averaged GloVe (paper: yes): yes; averaged GloVe - raw [CLS] = +")
+    assert "500 test pairs resampled" in lines[0]
+    assert lines[1].startswith("raw mean beats raw [CLS] (paper: yes): yes")
+    assert lines[2].startswith("raw mean is below averaged GloVe (paper: yes): yes")
+    assert lines[3].startswith("the Sentence-BERT model beats the raw encoder's best reading (raw mean, layer 1) "
+                               "(paper: yes): yes")
+    # the lift is on test for both sides: the paper's Table 2 (test) over Table 1 (test), never Table 6 (dev)
+    assert lines[4].startswith("siamese training with mean pooling lifts STS-B test more than 10 points above raw "
+                               "[CLS] (the paper, test: SBERT-STSb-base, Table 2, minus BERT [CLS], Table 1: +68.17 "
+                               "points): yes")
+    assert "(the paper has no test figure for a [CLS]-trained model): yes" in lines[5]
+    dev_gap = similarity.spearman(trained["dev"]["mean"], gold["dev"]) - similarity.spearman(trained["dev"]["cls"], gold["dev"])
+    test_gap = similarity.spearman(trained["test"]["mean"], gold["test"]) - similarity.spearman(trained["test"]["cls"], gold["test"])
+    gap_line = next(line for line in lines if line.startswith("pooling gap after training (trained mean"))
+    assert f"STS-B dev: the paper (Table 6): +0.82 points; this run: {dev_gap:+.2f} points (95% CI" in gap_line
+    assert "500 dev pairs resampled" in gap_line
+    test_line = next(line for line in lines if line.startswith("pooling gap after training, STS-B test"))
+    assert f"this run: {test_gap:+.2f} points" in test_line and "the paper gives no test figure" in test_line
+    assert "after training, the pooling matters little (gap under 3 points), STS-B dev (paper: yes): yes" in lines
+    assert not any(line.startswith(("disagrees", "does not reproduce")) for line in lines)
+    assert lines[-1].startswith("more than 10 points from the paper: ")
+    # no line sets a figure on one split against a figure on the other
+    assert not any("(dev) minus" in line or "(test) minus" in line for line in lines)
+
+
+def test_pooling_conclusions_say_so_when_the_pooling_matters():
+    """Planted: the [CLS]-trained model far noisier than the mean-trained one, as lesson 4's
+    offline run found on dev. The verdict must say no, give both figures and a likely reason."""
+    lines = _conclusions(*_lesson4_run(cls_extra=3.0), why="a planted reason")
+    assert "after training, the pooling matters little (gap under 3 points), STS-B dev (paper: yes): no" in lines
+    (disagrees,) = [line for line in lines if line.startswith("disagrees with the paper")]
+    assert disagrees.startswith("disagrees with the paper: after training, the pooling matters little (gap under 3 "
+                                "points), STS-B dev: the paper yes, this run no (the paper: +0.82 points; this run: +")
+    assert disagrees.endswith("Likely reason: a planted reason")
+
+
+def test_pooling_conclusions_say_so_when_raw_beats_glove_or_the_noise_decides_nothing():
+    lines = _conclusions(*_lesson4_run(glove_noise=20.0))  # GloVe planted as bad as noise
+    assert lines[0].startswith("raw [CLS] is below averaged GloVe (paper: yes): no; averaged GloVe - raw [CLS] = -")
+    assert lines[2].startswith("raw mean is below averaged GloVe (paper: yes): no")
+    assert "disagrees with the paper: raw mean is below averaged GloVe: the paper yes, this run no" in lines
+    # a pooling gap the pairs cannot resolve: few pairs, the [CLS]-trained model a little noisier
+    few = _conclusions(*_lesson4_run(cls_extra=1.0, n=40))
+    assert any(line.startswith("after training, the pooling matters little (gap under 3 points), STS-B dev "
+                               "(paper: yes): not resolved") for line in few)
+    (unresolved,) = [line for line in few if line.startswith("does not reproduce the paper (within the noise): after")]
+    assert "this run not resolved (the paper: +0.82 points; this run: +" in unresolved
+    assert "the 40 dev pairs do not resolve a gap this size (95% CI" in unresolved and "Likely reason" not in unresolved
+
+
+def test_published_rows_sit_on_the_papers_split():
+    paper = similarity.published_rows()
+    assert paper[similarity.trained_row("mean", "dev")] == 87.44 and similarity.trained_row("cls", "test") not in paper
+    assert similarity.trained_row("mean", "test") not in paper

@@ -142,3 +142,22 @@ def test_the_encoder_verdict_asks_whether_a_better_start_closes_most_of_the_gap(
     assert pairs.encoder_verdict((60.0, 50.0), (70.0, 69.0)).endswith(": no")  # no lead to explain
     table = pairs.encoder_table((25.0, 57.0), (76.6, 86.0), 5749, 3, 2000, 2)
     assert [row[-1] for row in table.rows] == pytest.approx([32.0, 9.4])
+
+
+def test_the_cross_encoder_chooser_extends_its_grid_and_chooses_its_epochs(encoder, tokenizer, profile):
+    from ftcourse import data
+
+    rows = stsb_rows(30)
+    rest, held = data.carve_validation(rows, 8)
+    train, validation = (pairs.tokenize_pairs(part, tokenizer, 32) for part in (rest, held))
+    lr, scores = pairs.choose_lr(encoder, train, validation, [1e-4, 1e-3], profile, extensions=1)
+    first_best = max([1e-4, 1e-3], key=scores.get)  # a 2-point grid's best is at an end: it grows that way, once
+    assert len(scores) == 3 and (4e-3 in scores) == (first_best == 1e-3) and (2.5e-5 in scores) == (first_best == 1e-4)
+    assert lr == max(scores, key=scores.get)
+    epochs, by_epochs = pairs.choose_epochs(encoder, train, validation, lr, (1, 2), profile, known={1: scores[lr]})
+    assert set(by_epochs) == {1, 2} and by_epochs[1] == scores[lr] and epochs == max(by_epochs, key=by_epochs.get)
+
+
+def test_a_cross_encoder_below_its_own_zero_shot_score_is_named():
+    assert pairs.zero_shot_verdict(40.0, 35.9).endswith("above it")
+    assert "BELOW IT" in pairs.zero_shot_verdict(22.7, 35.9)

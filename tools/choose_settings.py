@@ -15,6 +15,7 @@ Sweeps:
 - ``epochs``: lesson 1's fine-tuning, SST-2, 2,000 sentences, lr ``finetune_lr``, 1 to 3 epochs;
 - ``lora_lr``: LoRA r=8, SST-2, 1,000 sentences, 2 epochs of batch 16;
 - ``exercise_lora_lr``: the exercise's LoRA at the exercise's budget (1 epoch of batch 32);
+- ``exercise_lrs``: the exercise's frozen head and full fine-tuning at that budget;
 - ``readout_lr``: lesson 2's BiLSTM on frozen CoNLL-2003 features, ``readout_epochs`` epochs;
 - ``adapter_head_lr``: lesson 3's LoRA tagger, CoNLL-2003, 2,000 sentences, 2 epochs;
 - ``siamese_epochs``: lesson 4's siamese training of the raw encoder, both poolings, 3 and 4 epochs;
@@ -119,6 +120,28 @@ def exercise_lora_lr(profile, tokenizer, encoder) -> None:
             f"{profile.batch_size})", scores, "accuracy")
 
 
+def exercise_lrs(profile, tokenizer, encoder) -> None:
+    """The exercise's frozen head and full fine-tuning at the exercise's budget (1 epoch of batch 32
+    on its training size), each built as the solution builds it ([CLS] head, seed 0): the frozen
+    head trains at its rate alone, fine-tuning's head at the profile's head lr."""
+    train, validation = sst2_parts(profile, tokenizer, profile.exercise_train_size)
+    grids = {"frozen": (1e-3, 3e-3, 1e-2, 3e-2, 1e-1), "finetune": (5e-5, 1e-4, 2e-4, 4e-4, 8e-4)}
+    for regime, grid in grids.items():
+        scores = {}
+        for lr in grid:
+            torch.manual_seed(0)
+            model = heads.set_regime(heads.TaskModel(copy.deepcopy(encoder), heads.SentenceClassifier(
+                encoder.config.hidden_size, 2)), regime)
+            recipe = training.TrainConfig(lr=lr, head_lr=lr if regime == "frozen" else profile.head_lr,
+                                          epochs=profile.exercise_epochs, batch_size=profile.batch_size, seed=0,
+                                          progress=False)
+            training.train(model, train, recipe, pad_token_id=tokenizer.pad_token_id)
+            scores[lr] = training.accuracy(*training.predict(model, validation,
+                                                             pad_token_id=tokenizer.pad_token_id))["accuracy"]
+        _report(f"exercise_lrs {regime} (SST-2, {train.num_rows:,} sentences, {profile.exercise_epochs} epoch of "
+                f"batch {profile.batch_size})", scores, "accuracy")
+
+
 def readout_lr(profile, tokenizer, encoder) -> None:
     train, held = conll_parts(profile, profile.train_size("conll2003") or 2000)
     features = {split: readout.cached_features(encoder, tokenizer, part, f"choose-{split}", profile, progress=False,
@@ -189,7 +212,7 @@ def learning_curve_lrs(profile, tokenizer, encoder) -> None:
     print(f"learning_curve_lrs={chosen}", flush=True)
 
 
-SWEEPS = {f.__name__: f for f in (epochs, lora_lr, exercise_lora_lr, readout_lr, adapter_head_lr, siamese_epochs,
+SWEEPS = {f.__name__: f for f in (epochs, lora_lr, exercise_lora_lr, exercise_lrs, readout_lr, adapter_head_lr, siamese_epochs,
                                   learning_curve_lrs)}
 
 

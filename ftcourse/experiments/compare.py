@@ -11,10 +11,6 @@ Two settings trained with the same seeds (and the same subsets) are compared see
 Pairing removes what the seeds share (the subset drawn, the head's initialisation, the data
 order), so a paired interval is narrower than one built from the two spreads apart; that is
 why the runs a verdict reads share their seeds.
-
-    >>> c = paired({0: 0.81, 1: 0.83, 2: 0.80}, {0: 0.78, 1: 0.79, 2: 0.78}, "LoRA", "frozen")
-    >>> c.outcome
-    'beats'
 """
 
 from __future__ import annotations
