@@ -36,6 +36,7 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from .data import STSB_SCORE_RANGE
+from .experiments.compare import IntervalVerdict
 from .report import Table
 
 #: The poolings this module computes from a raw encoder's token states.
@@ -513,7 +514,7 @@ BOOTSTRAP_CONFIDENCE, BOOTSTRAP_RESAMPLES = 0.95, 2000
 
 
 @dataclass(frozen=True)
-class PairedBootstrap:
+class PairedBootstrap(IntervalVerdict):
     """``a`` against ``b``, scored on the same pairs: the difference of their Spearman x100
     (``a - b``, in points) and its percentile interval over the pairs resampled with
     replacement, both scored on each resample (paired).
@@ -532,14 +533,7 @@ class PairedBootstrap:
     split: str = ""
     confidence: float = BOOTSTRAP_CONFIDENCE
 
-    @property
-    def outcome(self) -> str:
-        """``"beats"`` (a over b: the interval lies above 0), ``"trails"`` (below 0) or ``"tie"``."""
-        if self.low > 0:
-            return "beats"
-        if self.high < 0:
-            return "trails"
-        return "tie"
+    basis = "the pairs do not separate them"  # what a tie means here
 
     @property
     def interval(self) -> str:
@@ -550,15 +544,6 @@ class PairedBootstrap:
         split = f"{self.split} " if self.split else ""
         return (f"{self.a} - {self.b} = {self.difference:+.2f} points ({self.interval}, "
                 f"{self.pairs:,} {split}pairs resampled {self.resamples:,} times)")
-
-    @property
-    def verdict(self) -> str:
-        """One line: who wins, by how much, and the interval that decides it."""
-        if self.outcome == "beats":
-            return f"{self.a} beats {self.b}: {self.detail}"
-        if self.outcome == "trails":
-            return f"{self.b} beats {self.a}: {self.detail}"
-        return f"tie (the pairs do not separate them): {self.detail}"
 
     def above(self, margin: float) -> str:
         """Whether ``a`` is more than ``margin`` points above ``b``: ``"yes"`` when the whole
@@ -578,9 +563,6 @@ class PairedBootstrap:
         if self.low >= margin or self.high <= -margin:
             return "no"
         return "not resolved"
-
-    def __str__(self) -> str:
-        return self.verdict
 
 
 def _rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -161,3 +161,17 @@ def test_the_cross_encoder_chooser_extends_its_grid_and_chooses_its_epochs(encod
 def test_a_cross_encoder_below_its_own_zero_shot_score_is_named():
     assert pairs.zero_shot_verdict(40.0, 35.9).endswith("above it")
     assert "BELOW IT" in pairs.zero_shot_verdict(22.7, 35.9)
+
+
+def test_the_cost_verdict_reads_how_the_time_grew_and_can_fail():
+    published = {"cross_encoder": 84.3, "bi_encoder": 84.67}
+    paper_cost = {"cross_encoder_hours": 65, "bi_encoder_seconds": 5}
+    half = {"sentences": 50, "cross_passes": 1225, "bi_passes": 50, "cross_seconds": 0.7, "bi_seconds": 0.05}
+    cost = {"sentences": 100, "cross_passes": 4950, "bi_passes": 100, "cross_seconds": 2.9, "bi_seconds": 0.1}
+    far = pairs.extrapolate(cost, 10_000)
+    lines = pairs.verdicts(80.0, 80.2, cost, far, published, paper_cost, half=half)
+    assert lines[0].endswith("agrees") and "agrees" not in lines[1] and lines[2].endswith("agrees")
+    assert "grew 4.1x" in lines[2]
+    flat = {**cost, "cross_seconds": 1.4}  # a cross-encoder whose time only doubled: not the pairs' growth
+    assert pairs.verdicts(80.0, 80.2, flat, far, published, paper_cost, half=half)[2].endswith("DISAGREES")
+    assert len(pairs.verdicts(80.0, 80.2, cost, far, published, paper_cost)) == 2  # no half: no growth line

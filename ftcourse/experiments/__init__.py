@@ -4,12 +4,26 @@
 - ``store``: every run keyed by its spec, data, encoder and code, trained once per build;
 - ``choose``: one learning-rate chooser on a carved validation part, extended past its edges;
 - ``compare``: verdicts from paired differences over seeds, with their intervals, ties and all.
+
+Its names load on first use (``compare`` needs nothing else, so a module the engine imports may
+read its verdicts without a cycle).
 """
 
-from .choose import Choice, choose_lr
-from .compare import Comparison, paired, summarize
-from .engine import RunRecord, RunSpec, by_seed, train_run
-from .store import RunStore, default_store, run
+from __future__ import annotations
 
-__all__ = ["Choice", "Comparison", "RunRecord", "RunSpec", "RunStore", "by_seed", "choose_lr", "default_store",
-           "paired", "run", "summarize", "train_run"]
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the static view of what this package holds (also what the notebook stamps follow)
+    from . import choose, compare, engine, store  # noqa: F401
+
+_HOME = {"Choice": "choose", "choose_lr": "choose", "Comparison": "compare", "paired": "compare",
+         "summarize": "compare", "RunRecord": "engine", "RunSpec": "engine", "by_seed": "engine",
+         "train_run": "engine", "RunStore": "store", "default_store": "store", "run": "store"}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,8 +22,40 @@ CONFIDENCE = 0.95
 SCALE = 100.0  # accuracies in [0, 1] are compared in points
 
 
+class IntervalVerdict:
+    """The one reading of every verdict: an interval of the difference ``a - b``, in points.
+    Above zero, ``a`` beats ``b``; below, ``b`` beats ``a``; holding zero, a tie; with no
+    interval to read (one seed), undecided. A subclass says what the interval is over
+    (``detail``, ``basis``) and whether there is one (``decided``)."""
+
+    decided = True
+
+    @property
+    def outcome(self) -> str:
+        """``"beats"`` (a over b), ``"trails"`` (b over a), ``"tie"`` or ``"undecided"``."""
+        if not self.decided:
+            return "undecided"
+        if self.low > 0:
+            return "beats"
+        if self.high < 0:
+            return "trails"
+        return "tie"
+
+    @property
+    def verdict(self) -> str:
+        """One line: who wins, by how much, and the interval that decides it."""
+        if self.outcome == "beats":
+            return f"{self.a} beats {self.b}: {self.detail}"
+        if self.outcome == "trails":
+            return f"{self.b} beats {self.a}: {self.detail}"
+        return f"{self.outcome} ({self.basis}): {self.detail}"
+
+    def __str__(self) -> str:
+        return self.verdict
+
+
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(IntervalVerdict):
     """``a`` against ``b``: the per-seed differences (in points), their mean and interval."""
 
     a: str
@@ -39,19 +71,16 @@ class Comparison:
         return len(self.differences)
 
     @property
+    def decided(self) -> bool:
+        return self.n >= 2
+
+    @property
     def mean(self) -> float:
         return sum(self.differences) / self.n
 
     @property
-    def outcome(self) -> str:
-        """``"beats"`` (a over b), ``"trails"`` (b over a), ``"tie"`` or ``"undecided"``."""
-        if self.n < 2:
-            return "undecided"
-        if self.low > 0:
-            return "beats"
-        if self.high < 0:
-            return "trails"
-        return "tie"
+    def basis(self) -> str:
+        return f"{self.n} seed{'s' if self.n != 1 else ''}"
 
     @property
     def interval(self) -> str:
@@ -60,17 +89,8 @@ class Comparison:
         return f"{self.confidence:.0%} CI {self.low:+.1f} to {self.high:+.1f}"
 
     @property
-    def verdict(self) -> str:
-        """One line: who wins, by how much, and the interval that decides it."""
-        seeds = f"{self.n} seed{'s' if self.n != 1 else ''}"
-        detail = f"{self.a} - {self.b} = {self.mean:+.1f} points ({self.interval}, {seeds})"
-        if self.outcome == "beats":
-            return f"{self.a} beats {self.b}: {detail}"
-        if self.outcome == "trails":
-            return f"{self.b} beats {self.a}: {detail}"
-        if self.outcome == "tie":
-            return f"tie ({seeds}): {detail}"
-        return f"undecided ({seeds}): {detail}"
+    def detail(self) -> str:
+        return f"{self.a} - {self.b} = {self.mean:+.1f} points ({self.interval}, {self.basis})"
 
     def within(self, margin: float) -> str:
         """Whether ``a`` stays within ``margin`` points under ``b``: ``"yes"`` when the whole
@@ -82,9 +102,6 @@ class Comparison:
         if self.high < -margin:
             return "no"
         return "undecided"
-
-    def __str__(self) -> str:
-        return self.verdict
 
 
 def t_quantile(confidence: float, df: int) -> float:
