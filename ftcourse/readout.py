@@ -564,6 +564,76 @@ def evaluate_readouts(train: WordFeatures, validation: WordFeatures, names, prof
     return results
 
 
+def evaluate_readouts_over_seeds(train: WordFeatures, validation: WordFeatures, names, profile=None, *,
+                                 head: str = "bilstm", seeds=(0,), progress: bool = True) -> dict:
+    """``evaluate_readouts`` once per seed (the head's initialisation, dropout and batch order):
+    ``{name: {seed: ReadoutResult}}``, what ``compare_readouts`` pairs."""
+    runs: dict = {}
+    for seed in seeds:
+        for name, result in evaluate_readouts(train, validation, names, profile, head=head, seed=seed,
+                                              progress=progress).items():
+            runs.setdefault(name, {})[seed] = result
+    return runs
+
+
+def seed_means(runs: dict) -> dict:
+    """``{name: ReadoutResult}`` with each readout's F1 the mean over its seeds (its other fields,
+    the mix weights among them, are the first seed's)."""
+    return {name: replace(next(iter(by_seed.values())), f1=sum(r.f1 for r in by_seed.values()) / len(by_seed))
+            for name, by_seed in runs.items()}
+
+
+def compare_readouts(runs: dict, a: str, b: str):
+    """Readout ``a`` against ``b``: the paired difference of their F1 over the seeds
+    (``experiments.compare.paired``, in F1 points, with its 95% interval)."""
+    from .experiments.compare import paired
+
+    return paired({s: r.f1 for s, r in runs[a].items()}, {s: r.f1 for s, r in runs[b].items()}, a, b, scale=1.0)
+
+
+def best_readout(runs: dict, names) -> tuple[str, list[str]]:
+    """The readout of ``names`` with the highest mean F1, and the others it does not beat by the
+    paired difference over seeds (tied with it for best)."""
+    means = seed_means({name: runs[name] for name in names})
+    best = max(names, key=lambda name: means[name].f1)
+    return best, [name for name in names if name != best and compare_readouts(runs, best, name).outcome != "beats"]
+
+
+def paper_claims_table(paper: dict, runs: dict, finetuned_f1: float, readouts=PAPER_READOUTS):
+    """The BERT paper's four claims about the readouts, each checked on this run by the paired
+    difference over the seeds: "tie" where the interval holds zero (the run neither confirms nor
+    contradicts the paper). Fine-tuning is one run, set against the best readout's interval."""
+    from .experiments.compare import mean_interval
+    from .report import Table
+
+    frozen = list(readouts)
+    paper_best = max(frozen, key=paper.get)
+    best, level = best_readout(runs, frozen)
+    second = compare_readouts(runs, "second_to_last", "last")
+    above_embeddings = [compare_readouts(runs, name, "embeddings").outcome for name in frozen[1:]]
+    _, _, best_high = mean_interval([r.f1 for r in runs[best].values()], scale=1.0)
+
+    def said(outcome: str) -> str:
+        return {"beats": "yes", "trails": "no", "tie": "tie", "undecided": "undecided"}[outcome]
+
+    claims = [
+        ("second-to-last beats last", paper["second_to_last"] > paper["last"], said(second.outcome), second.verdict),
+        ("concat-last-4 is the best frozen readout", paper_best == "concat_last4",
+         "yes" if best == "concat_last4" and not level else ("tie" if "concat_last4" in [best, *level] else "no"),
+         f"best mean: {best}" + (f"; not beaten by it: {', '.join(level)}" if level else "")),
+        ("every readout beats the embeddings", all(paper[n] > paper["embeddings"] for n in frozen[1:]),
+         "yes" if all(o == "beats" for o in above_embeddings) else
+         ("no" if "trails" in above_embeddings else "tie"), ""),
+        ("fine-tuning beats the best frozen readout", paper["finetune"] > paper[paper_best],
+         "yes" if finetuned_f1 > best_high else "no", f"one fine-tuning run against {best}'s interval (high {best_high:.1f})"),
+    ]
+    rows = [[claim, "yes" if says else "no", run, "agrees" if run == ("yes" if says else "no") else
+             ("not resolved (a tie)" if run in ("tie", "undecided") else "DISAGREES"), how]
+            for claim, says, run, how in claims]
+    return Table(["claim", "paper", "this run", "verdict", "how"], rows,
+                 notes=[f"paired over {len(next(iter(runs.values())))} seeds of each readout's head, 95% CI"])
+
+
 # ----------------------------------------------------------------------------- fine-tuning
 
 

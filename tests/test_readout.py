@@ -260,3 +260,31 @@ def test_the_layer_worth_reading_is_what_both_heads_read_near_their_best():
     curves = {"BiLSTM": [70.0, 74.0, 77.5, 77.0, 73.0], "linear probe": [40.0, 55.0, 60.0, 66.7, 52.8]}
     assert readout.layer_worth_reading(curves) == ([3], {"BiLSTM": 2, "linear probe": 3})
     assert readout.layer_worth_reading(curves, within=0.1) == ([], {"BiLSTM": 2, "linear probe": 3})
+
+
+def _runs(**f1s):
+    from ftcourse.readout import ReadoutResult
+
+    return {name: {seed: ReadoutResult(name, "bilstm", f1, [1.0]) for seed, f1 in enumerate(values)}
+            for name, values in f1s.items()}
+
+
+def test_the_paper_claims_read_paired_differences_over_seeds_and_can_fail_or_tie():
+    from ftcourse import published
+
+    paper = published.BERT_FEATURE_BASED_NER_F1
+    clear = _runs(embeddings=(80, 81, 79), last=(88, 89, 88), second_to_last=(90, 91, 90),
+                  weighted_sum_all=(89, 90, 89), weighted_sum_last4=(89.5, 90.5, 89.5), concat_last4=(92, 93, 92))
+    table = readout.paper_claims_table(paper, clear, finetuned_f1=95.0)
+    assert [row[3] for row in table.rows] == ["agrees"] * 4
+    assert readout.best_readout(clear, readout.PAPER_READOUTS) == ("concat_last4", [])
+    # second-to-last and last swap on seed 1: the interval holds zero, a tie (not a disagreement)
+    noisy = {**clear, "second_to_last": _runs(x=(90, 85, 90))["x"]}
+    row = readout.paper_claims_table(paper, noisy, 95.0).rows[0]
+    assert row[2] == "tie" and row[3] == "not resolved (a tie)"
+    # a planted run where last clearly beats second-to-last and the embeddings win: it disagrees
+    wrong = {**clear, "second_to_last": _runs(x=(85, 86, 85))["x"], "embeddings": _runs(x=(99, 99.5, 99))["x"]}
+    rows = readout.paper_claims_table(paper, wrong, 95.0).rows
+    assert rows[0][3] == "DISAGREES" and rows[1][3] == "DISAGREES" and rows[2][3] == "DISAGREES"
+    assert rows[3][2] == "no"  # fine-tuning's one run under the best readout's interval
+    assert readout.seed_means(clear)["concat_last4"].f1 == pytest.approx(92 + 1 / 3)
