@@ -10,7 +10,8 @@ Four classes of mechanism, each with cases written independently of one another:
 3. code that runs at definition time (a decorator, a class body, a default value)
    rewriting what the checks or the evidence rely on, up to forging the evidence files;
 4. typed-in or wrong figures: results without a trained model, an untrained model, a model scored on
-   the training set, a frozen encoder that moved, a result with a key missing.
+   the training set, a frozen encoder that moved, a result with a key missing, noise added to every
+   trainable weight instead of training (the descent check).
 """
 
 import nbformat
@@ -117,6 +118,16 @@ def add_lora(encoder):
                       "    logits, labels = predict(model, dev_set, pad_token_id=tokenizer.pad_token_id)\n"
                       "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
                       "            'seconds_per_epoch': history.seconds_per_epoch, 'trainable': trainable, 'peak_mib': 1.0}"},
+    "noise_instead_of_training": {
+        "add_lora": "solution", "build_model": "solution", "summarize": "solution",
+        "train_loop": "def train_loop(model, data, lr, epochs, seed=0):\n    with torch.no_grad():\n"
+                      "        for p in model.parameters():\n            if p.requires_grad:\n"
+                      "                p.add_(1e-6 * torch.randn_like(p))  # every trainable weight changes\n    return 1.0",
+        "run_regime": "def run_regime(regime, seed=0, **changes):\n    model = build_model(regime, seed)\n"
+                      "    train_loop(model, train_set, 0.0, 1)\n"
+                      "    logits, labels = predict(model, dev_set, pad_token_id=tokenizer.pad_token_id)\n"
+                      "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
+                      "            'seconds_per_epoch': 1.0, 'trainable': count_parameters(model)['trainable'], 'peak_mib': 1.0}"},
     "a_result_key_missing": {
         "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
         "run_regime": "solution:no peak_mib"},
@@ -131,6 +142,7 @@ def add_lora(encoder):
 #: The parts a case really does (with the solution's code); every other part must not pass.
 HONEST = {case: {"1 lora", "2 regimes", "3 loop", "5 seeds"}
           for case in ("untrained_model", "scored_on_the_training_set", "frozen_encoder_moved")}
+HONEST["noise_instead_of_training"] = {"1 lora", "2 regimes"}  # its loop and every run are noise
 # Its runs return no peak_mib, so the notebook's own seed-study cell fails too (part 4 with it).
 HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
 #: The parts the import case must send for review: the course's add_lora, the course's train inside train_loop.
@@ -143,6 +155,7 @@ PART_4_SAYS = {
     "scored_on_the_training_set": "scores",
     "frozen_encoder_moved": "freezes moved during training",
     "a_result_key_missing": "returned no 'peak_mib'",
+    "noise_instead_of_training": "did not move down the training loss",
 }
 
 

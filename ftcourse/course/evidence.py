@@ -10,10 +10,11 @@ a folder the grader binds into the sandbox and caps in size):
 - ``record_regimes``: for each regime, the parameters of ``build_model(regime)`` (name, shape,
   whether it trains) and the LoRA configuration, if any;
 - ``record_loop``: the student's ``train_loop`` run on ``build_model(regime)`` for the frozen and
-  full regimes, and the weights it changed;
+  full regimes, the weights it changed, and the model's new parameters as built (the head's, LoRA's:
+  where the grader's descent check starts);
 - ``record_runs``: for each (regime, seed), what ``run_regime`` returned, and the model it trained
-  (the one ``build_model`` returned during the call): a digest of every parameter, and the
-  values of every parameter that changed during the call, as safetensors;
+  (the one ``build_model`` returned during the call): a digest of every parameter before and after,
+  the values of every parameter that changed during the call, and the new ones as built, as safetensors;
 - ``record_summary``: what ``summarize`` returns on the grader's examples.
 
 Nothing here decides a grade. This code runs in the same process as the submission, which can
@@ -156,6 +157,28 @@ def _clean_result(row):
     return cleaned
 
 
+def _is_new(name: str) -> bool:
+    """A parameter the course's pretrained encoder does not hold: the head's, LoRA's."""
+    return not name.startswith("encoder.") or "lora_" in name
+
+
+def _start(model) -> tuple[dict, dict]:
+    """``(digests, values)`` of ``model`` as built: every parameter's digest, and the values of the
+    new ones (the head, LoRA), which the grader's descent check starts from. The rest must be the
+    pretrained encoder's, which the grader holds itself and checks against the digests."""
+    values = {n: p.detach().to("cpu").contiguous().clone() for n, p in model.named_parameters() if _is_new(n)}
+    return digests(model), values
+
+
+def _save_start(start: tuple, record: dict) -> None:
+    from safetensors.torch import save_file
+
+    before, values = start
+    record["start_file"] = record["file"].replace(".safetensors", "-start.safetensors")
+    save_file(values, str(folder() / record["start_file"]))
+    record["start_digests"] = before
+
+
 def _save_changes(model, before: dict, record: dict) -> None:
     """Save the parameters of ``model`` whose digest differs from ``before`` into ``record["file"]``,
     and note what the grader needs to rebuild the model."""
@@ -178,7 +201,7 @@ def record_run(namespace: dict, regime: str, seed: int, name: str) -> dict:
 
     def watched(*args, **kwargs):
         model = build_model(*args, **kwargs)
-        built.append((model, digests(model)))
+        built.append((model, _start(model)))
         return model
 
     record = {"regime": regime, "seed": seed, "file": f"{name}.safetensors"}
@@ -192,7 +215,9 @@ def record_run(namespace: dict, regime: str, seed: int, name: str) -> dict:
         namespace["build_model"] = build_model
     record["models_built"] = len(built)
     if built:
-        _save_changes(*built[-1], record)
+        model, start = built[-1]
+        _save_start(start, record)
+        _save_changes(model, start[0], record)
     return record
 
 
@@ -204,7 +229,7 @@ def record_loop(namespace: dict, regimes, file: str = "loop.json") -> None:
         record = {"regime": regime, "seed": 0, "file": f"loop-{regime}.safetensors", "models_built": 1}
         try:
             model = namespace["build_model"](regime, 0)
-            before = digests(model)
+            start = _start(model)
             seconds = namespace["train_loop"](model, namespace["train_set"], namespace["LEARNING_RATES"][regime],
                                               namespace["profile"].exercise_epochs, 0)
             record["result"] = _clean_result({"regime": regime, "seconds_per_epoch": seconds})
@@ -212,7 +237,8 @@ def record_loop(namespace: dict, regimes, file: str = "loop.json") -> None:
             record.update(_error(error))
             runs.append(record)
             continue
-        _save_changes(model, before, record)
+        _save_start(start, record)
+        _save_changes(model, start[0], record)
         runs.append(record)
     _write_json(file, runs)
 

@@ -75,8 +75,8 @@ def judge_bert_base(folder: Path, profile) -> list:
                      and (seed is None or r.get("seed") == seed)), None)
 
     def rescored(records, regime, seed):
-        return "rescored {accuracy:.4f}".format(**verdicts.run(pick(records, regime, seed), regime, seed, folder,
-                                                               verdicts.reference(profile)))
+        return "rescored {accuracy:.4f}; {descent}".format(**verdicts.run(pick(records, regime, seed), regime, seed,
+                                                                            folder, verdicts.reference(profile)))
 
     lora, regimes, loop, results, stability, summary = (loaded(f"{n}.json") for n in (
         "lora", "regimes", "loop", "results", "stability", "summary"))

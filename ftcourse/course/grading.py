@@ -23,7 +23,8 @@ the whole sandbox's memory and processes, on CPU time and on output):
 kernel too: anything written there can be forged. A part should PASS only on evidence this process verifies
 by recomputation, where forging it costs at least as much as the work; a claim it cannot verify goes to the
 instructor as REVIEW, never as PASS. Known gaps, stated for instructors in ``book/instructors.md`` (issue 38):
-"trained" is read from changed digests (noise passes), the re-scoring set is the dev split the sandbox mounts,
+"trained" is verified as a descent step from the weights (``verdicts.descent``), but the re-scoring set is the
+dev split the sandbox mounts,
 "frozen" is read through the model's own ``named_parameters``, and a helper reached other than by a plain
 import is not seen.
 

@@ -15,8 +15,10 @@ parsed only within caps on its values and nesting too) and
   a ``SentenceClassifier``, ``set_regime`` or peft at r=8 on query and value); the submission's
   model must have the same parameters, and exactly the ones the regime trains must train;
 - *the student's loop, and each measured run*: it loads the weights the run changed into that reference model, and checks
-  that training happened (every parameter the regime trains changed), that nothing frozen moved
-  (every other parameter is byte for byte the pretrained one: its digest matches), re-scores the
+  that training happened (every parameter the regime trains changed, and the change is a descent step:
+  from the run's recorded start, whose pretrained part must be the grader's own, the change aligns with
+  the negative gradient of the training loss on the grader's examples and lowers that loss: ``descent``),
+  that nothing frozen moved (every other parameter is byte for byte the pretrained one: its digest matches), re-scores the
   model with the course's ``predict`` on the grader's own dev set, and requires the reported
   accuracy to be that accuracy (within one example) and the reported trainable count to be the
   reference's;
@@ -48,6 +50,12 @@ MAX_WEIGHTS_BYTES = 1024 * 2**20
 #: The records the grader asks for hold a few tens of thousands (the paper profile's stability runs).
 MAX_JSON_VALUES = 200_000
 MAX_JSON_DEPTH = 32
+#: The descent check (``descent``): the grader's training examples its loss gradient is computed on, and
+#: how far (in standard deviations of a random change) a run's change must sit from a random one. Planted
+#: noise sits within about 1.5; honest runs, at the smoke and grading profiles, from about 7 (the head alone,
+#: 770 coordinates, at its large rate) to hundreds (``tests/test_grading_descent.py`` prints the margins).
+DESCENT_EXAMPLES = 256
+DESCENT_MIN_Z = 4.0
 
 
 class EvidenceMissing(Exception):
@@ -205,6 +213,7 @@ class Reference:
     dev_set: object
     pretrained: dict  # canonical name -> digest, the pretrained encoder's parameters
     num_labels: int
+    train_batch: dict | None = None  # the grader's own training examples, collated: the descent check's loss
 
     def model(self, regime: str, lora: dict | None = None):
         from .. import models
@@ -238,11 +247,15 @@ def reference(profile) -> Reference:
                                             eval_sizes={"sst2": profile.exercise_eval_size}))
         num_labels = sst2["train"].features["label"].num_classes
         tokenizer = models.load_tokenizer(profile=profile)
-        dev = sst2["validation"].map(lambda b: tokenizer(b["sentence"], truncation=True, max_length=profile.max_length),
-                                     batched=True, remove_columns=["sentence"]).rename_column("label", "labels")
+        dev, train = (sst2[split].map(lambda b: tokenizer(b["sentence"], truncation=True, max_length=profile.max_length),
+                                      batched=True, remove_columns=["sentence"]).rename_column("label", "labels")
+                      for split in ("validation", "train"))
         encoder = models.load_encoder(profile, add_pooling_layer=False)
         pretrained = {canonical("encoder." + n): d for n, d in digests(encoder).items()}
-        found = Reference(profile, tokenizer, dev, pretrained, num_labels)
+        from ..training import collate
+
+        batch = collate(train.select(range(min(DESCENT_EXAMPLES, len(train)))).to_list(), tokenizer.pad_token_id or 0)
+        found = Reference(profile, tokenizer, dev, pretrained, num_labels, batch)
         _references[profile.name] = found
         return found
 
@@ -432,7 +445,89 @@ def trained_model(record, regime: str, what: str, folder: Path, ref: Reference):
             if tuple(tensor.shape) != tuple(params[name].shape) or tensor.dtype != params[name].dtype:
                 raise EvidenceMissing(f"{what}: the saved {name} has the wrong shape or type")
             params[name].copy_(tensor)
+    found = descent(start_model(record, regime, what, folder, ref, lora), model, ref)
+    _check_descent(found, what)
+    model.descent = found  # for the verdict's message
     return model, trainable_count(model)
+
+
+def _is_new(name: str) -> bool:
+    return not name.startswith("encoder.") or "lora_" in name
+
+
+def start_model(record, regime: str, what: str, folder: Path, ref: Reference, lora):
+    """The model a run started from, rebuilt: the course's pretrained encoder (every pretrained
+    parameter's recorded start digest must be the grader's own) and the new parameters (the head,
+    LoRA) as the run built them."""
+    model = ref.model(regime, lora)
+    start = {canonical(n): d for n, d in (record.get("start_digests") or {}).items()}
+    if not start or not record.get("start_file"):
+        raise EvidenceMissing(f"{what}: the model's weights as built were not recorded")
+    params = {canonical(n): p for n, p in model.named_parameters()}
+    for name in params:
+        if not _is_new(name) and start.get(name) != ref.pretrained.get(name):
+            raise EvidenceMissing(f"{what}: the model did not start from the pretrained encoder ({name} differs)")
+    values = {canonical(n): t for n, t in read_weights(folder, record["start_file"]).items()}
+    new = {n for n in params if _is_new(n)}
+    if set(values) != new:
+        raise EvidenceMissing(f"{what}: the recorded start is not the model's new parameters")
+    with torch.no_grad():
+        for name, tensor in values.items():
+            if tuple(tensor.shape) != tuple(params[name].shape) or tensor.dtype != params[name].dtype:
+                raise EvidenceMissing(f"{what}: the recorded start of {name} has the wrong shape or type")
+            params[name].copy_(tensor)
+    return model
+
+
+def _loss(model, batch) -> torch.Tensor:
+    model.eval()  # no dropout: the grader's loss is a function of the weights alone
+    return model(**batch)["loss"]
+
+
+def descent(start, final, ref: Reference) -> dict:
+    """Whether ``final`` is ``start`` moved down the training loss, on the grader's own examples:
+    the loss before and after, and the cosine between the change of the trainable weights (those
+    with a gradient at the start) and the loss's negative gradient there. Training moves the weights against the gradient, so the
+    two align; noise added to the weights, or a change made on other data that does not lower this
+    loss, does not."""
+    trainable = [(n, p) for n, p in start.named_parameters() if p.requires_grad]
+    before = _loss(start, ref.train_batch)
+    gradients = torch.autograd.grad(before, [p for _, p in trainable])
+    finals = dict(final.named_parameters())
+    # A tensor with no gradient at the start (LoRA's A, while B is still zero) moves only once others
+    # have: its change says nothing about this step's direction, so it stays out of the alignment.
+    moving = [(n, p, g) for (n, p), g in zip(trainable, gradients) if g.abs().sum() > 0]
+    with torch.no_grad():
+        after = _loss(final, ref.train_batch).item()
+        change = torch.cat([(finals[n] - p).reshape(-1) for n, p, _ in moving])
+        downhill = -torch.cat([g.reshape(-1) for _, _, g in moving])
+        norm = change.norm() * downhill.norm()
+        alignment = (change @ downhill / norm).item() if norm > 0 else 0.0
+        both = (change != 0) & (downhill != 0)  # coordinates that moved and have a direction to move in
+        n = int(both.sum())
+        agreement = ((change * downhill)[both] > 0).double().mean().item() if n else 0.5
+    # How far each reading sits from a random change's, in standard deviations: a random direction's
+    # cosine with a fixed one is about N(0, 1/d), and it agrees in sign on about half the coordinates,
+    # N(1/2, 1/(4n)). Adam's steps agree in sign (LoRA's, many small ones); plain descent aligns.
+    z = max(alignment * math.sqrt(max(change.numel(), 1)), (agreement - 0.5) * 2 * math.sqrt(max(n, 1)))
+    return {"loss_before": before.item(), "loss_after": after, "alignment": alignment, "agreement": agreement,
+            "coordinates": n, "z": z}
+
+
+def descent_text(model) -> str:
+    found = model.descent
+    return (f"descent on the grader's examples: {found['z']:.1f} standard deviations from a random change (least "
+            f"{DESCENT_MIN_Z:g}; cosine with the negative gradient {found['alignment']:+.3f}, sign agreement "
+            f"{found['agreement']:.3f}; loss {found['loss_before']:.4f} -> {found['loss_after']:.4f})")
+
+
+def _check_descent(found: dict, what: str) -> None:
+    if not found["z"] >= DESCENT_MIN_Z:
+        raise EvidenceMissing(
+            f"{what}: the weights did not move down the training loss on the grader's examples: their change "
+            f"sits {found['z']:.1f} standard deviations from a random one (training moves them at least "
+            f"{DESCENT_MIN_Z:g} away: cosine with the negative gradient {found['alignment']:+.3f}, sign agreement "
+            f"{found['agreement']:.3f}). Was it trained, and on the exercise's training set?")
 
 
 def rescore(model, ref: Reference) -> float:
@@ -475,7 +570,7 @@ def run(record, regime: str, seed: int, folder: Path, ref: Reference) -> dict:
                               f"has {count:,}")
     _positive(result["seconds_per_epoch"], what, "seconds_per_epoch")
     _positive(result["peak_mib"], what, "peak_mib", -1e-9)
-    return {"regime": regime, "seed": seed, "accuracy": rescored, "trainable": count}
+    return {"regime": regime, "seed": seed, "accuracy": rescored, "trainable": count, "descent": descent_text(model)}
 
 
 def loop(record, regime: str, folder: Path, ref: Reference) -> str:
@@ -483,7 +578,7 @@ def loop(record, regime: str, folder: Path, ref: Reference) -> str:
     what = f"train_loop(build_model({regime!r}), ...)"
     model, count = trained_model(record, regime, what, folder, ref)
     _positive((record.get("result") or {}).get("seconds_per_epoch"), what, "seconds per epoch")
-    return f"{regime}: {count:,} parameters trained, re-scored {rescore(model, ref):.4f}"
+    return f"{regime}: {count:,} parameters trained, re-scored {rescore(model, ref):.4f}; {descent_text(model)}"
 
 
 def summary(records, examples) -> str:
