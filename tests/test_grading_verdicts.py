@@ -11,7 +11,8 @@ Four classes of mechanism, each with cases written independently of one another:
    rewriting what the checks or the evidence rely on, up to forging the evidence files;
 4. typed-in or wrong figures: results without a trained model, an untrained model, a model scored on
    the training set, a frozen encoder that moved, a result with a key missing, noise added to every
-   trainable weight instead of training (the descent check).
+   trainable weight instead of training (the descent check), an encoder never frozen whose model shows
+   the recorder a frozen copy (two views of the model disagree: REVIEW).
 """
 
 import nbformat
@@ -128,6 +129,20 @@ def add_lora(encoder):
                       "    logits, labels = predict(model, dev_set, pad_token_id=tokenizer.pad_token_id)\n"
                       "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
                       "            'seconds_per_epoch': 1.0, 'trainable': count_parameters(model)['trainable'], 'peak_mib': 1.0}"},
+    "never_frozen_but_shown_frozen": {
+        "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
+        "run_regime": "def run_regime(regime, seed=0, **changes):\n    import copy\n    model = build_model(regime, seed)\n"
+                      "    shown = copy.deepcopy(model)  # what the recorder is shown: the encoder still pretrained\n"
+                      "    if regime == 'frozen':\n        set_regime(model, 'finetune')  # yet every weight trains\n"
+                      "    history = train(model, train_set, train_config(regime, seed, **changes),\n"
+                      "                    pad_token_id=tokenizer.pad_token_id)\n"
+                      "    if regime == 'frozen':\n        shown.head.load_state_dict(model.head.state_dict())\n"
+                      "        model.named_parameters, model.parameters = shown.named_parameters, shown.parameters\n"
+                      "    scored = shown if regime == 'frozen' else model\n"
+                      "    logits, labels = predict(scored, dev_set, pad_token_id=tokenizer.pad_token_id)\n"
+                      "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
+                      "            'seconds_per_epoch': history.seconds_per_epoch,\n"
+                      "            'trainable': count_parameters(scored)['trainable'], 'peak_mib': 1.0}"},
     "a_result_key_missing": {
         "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
         "run_regime": "solution:no peak_mib"},
@@ -143,6 +158,7 @@ def add_lora(encoder):
 HONEST = {case: {"1 lora", "2 regimes", "3 loop", "5 seeds"}
           for case in ("untrained_model", "scored_on_the_training_set", "frozen_encoder_moved")}
 HONEST["noise_instead_of_training"] = {"1 lora", "2 regimes"}  # its loop and every run are noise
+HONEST["never_frozen_but_shown_frozen"] = {"1 lora", "2 regimes", "3 loop"}
 # Its runs return no peak_mib, so the notebook's own seed-study cell fails too (part 4 with it).
 HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
 #: The parts the import case must send for review: the course's add_lora, the course's train inside train_loop.
@@ -225,3 +241,10 @@ def test_a_guard_the_submission_blinded_changes_nothing(graded):
         grading.details(result)
     lora = next(c.message for c in result.checks if c.part == "1 lora")
     assert "not what its LoRA configuration gives" in lora, grading.details(result)
+
+
+def test_a_model_that_shows_the_recorder_a_frozen_copy_is_sent_for_review(graded):
+    result = graded["never_frozen_but_shown_frozen"]
+    assert result.marks()["4 measure"] == "REVIEW", grading.details(result)
+    said = " ".join(c.message for c in result.checks if c.part == "4 measure" and c.review)
+    assert "disagree" in said, said

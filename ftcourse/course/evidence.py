@@ -134,6 +134,27 @@ def digests(model) -> dict:
     return {name: _digest(p) for name, p in model.named_parameters()}
 
 
+_get = object.__getattribute__  # the instance's own attributes, past any __getattr__ a class defines
+
+
+def raw_digests(model) -> dict:
+    """name -> sha256 of the parameter's bytes, found without the model's help: the module tree is
+    walked through each module's own ``_modules`` and ``_parameters`` dictionaries, never through
+    ``named_parameters``, ``parameters`` or ``__getattr__``, which a submission can patch to show a
+    frozen copy. The grader compares this view with ``digests``: two views of one model that
+    disagree send the part to review."""
+    found, seen, pending = {}, set(), [("", model)]
+    while pending:
+        prefix, module = pending.pop()
+        for name, parameter in _get(module, "_parameters").items():
+            if parameter is not None and id(parameter) not in seen:
+                seen.add(id(parameter))
+                found[prefix + name] = _digest(parameter)
+        pending.extend((f"{prefix}{name}.", child) for name, child in _get(module, "_modules").items()
+                       if child is not None)
+    return found
+
+
 def _clean_result(row):
     """What ``run_regime`` returned, as JSON data (numbers as floats; anything else as text)."""
     if not isinstance(row, dict):
@@ -188,8 +209,8 @@ def _save_changes(model, before: dict, record: dict) -> None:
     changed = {n: p.detach().to("cpu").contiguous().clone() for n, p in model.named_parameters()
                if after[n] != before.get(n)}
     save_file(changed, str(folder() / record["file"]))
-    record.update(digests=after, changed=sorted(changed), parameters=parameters(model),
-                  lora=_encoder_lora_config(model))
+    record.update(digests=after, raw_digests=raw_digests(model), changed=sorted(changed),
+                  parameters=parameters(model), lora=_encoder_lora_config(model))
 
 
 def record_run(namespace: dict, regime: str, seed: int, name: str) -> dict:

@@ -25,8 +25,9 @@ by recomputation, where forging it costs at least as much as the work; a claim i
 instructor as REVIEW, never as PASS. Known gaps, stated for instructors in ``book/instructors.md`` (issue 38):
 "trained" is verified as a descent step from the weights (``verdicts.descent``), but the re-scoring set is the
 dev split the sandbox mounts,
-"frozen" is read through the model's own ``named_parameters``, and a helper reached other than by a plain
-import is not seen.
+"frozen" is read through two views of the model (its ``named_parameters``, and a walk of its modules' own
+dictionaries: ``evidence.raw_digests``) whose disagreement goes to REVIEW, and a helper reached other than by a
+plain import is not seen.
 
 Which guarantee comes from where:
 
@@ -149,7 +150,8 @@ class Exercise:
     parts: tuple = ()
     #: What the evidence kernel records; ``records(profile)`` gives them for a profile.
     records: object = ()
-    #: The grader's verdicts: ``judge(evidence_folder, profile)`` -> [(part, passed, message, hidden)].
+    #: The grader's verdicts: ``judge(evidence_folder, profile)`` -> [(part, passed, message, hidden)];
+    #: ``passed`` None: the evidence contradicts itself, and the part goes to the instructor (REVIEW).
     judge: object = None
     #: Part -> (module, function, inside): the course's own helper that solves the part (anywhere in the
     #: notebook, or called inside the function ``inside``). A submission that uses it gets that part sent
@@ -762,6 +764,11 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, env: dict
                 raised.setdefault(entry.part, _said(error, None))
         # 2. The verdicts, computed here, in the grader's process, from that data alone.
         for part, passed, message, hidden in exercise.judge(Path(evidence), profile):
+            if passed is None:  # a verdict that cannot decide: evidence that contradicts itself
+                result.checks.append(PartResult(part, False, clean(message, 2 * MAX_MESSAGE_CHARS), hidden,
+                                                review=True))
+                result.status = REVIEW
+                continue
             if part in reviewed:
                 result.checks.append(PartResult(part, False, _message(TAMPERED, reviewed[part], True), hidden,
                                                 review=True))

@@ -62,6 +62,12 @@ class EvidenceMissing(Exception):
     """A record the verdict needs is not in the evidence folder, or is not what it should be."""
 
 
+class TwoViewsDisagree(EvidenceMissing):
+    """Two views of one model the evidence recorded disagree (its own ``named_parameters`` and a walk of
+    its modules' own dictionaries): something in the submission's process changed what one of them shows.
+    The part goes to the instructor as REVIEW."""
+
+
 class StudentRaised(EvidenceMissing):
     """The student's function raised: ``what`` was called, ``ename`` and ``evalue`` are what it raised."""
 
@@ -433,6 +439,12 @@ def trained_model(record, regime: str, what: str, folder: Path, ref: Reference):
         raise EvidenceMissing(f"{what}: {len(still)} of the {len(trains)} parameters that train never changed "
                               f"({_few(still)}): was the model trained?")
     digests = {canonical(n): d for n, d in (record.get("digests") or {}).items()}
+    raw = {canonical(n): d for n, d in (record.get("raw_digests") or {}).items()}
+    if raw != digests:
+        differ = {n for n in set(raw) | set(digests) if raw.get(n) != digests.get(n)}
+        raise TwoViewsDisagree(f"{what}: the model's parameters read through named_parameters and read from its "
+                               f"modules' own dictionaries disagree ({len(differ)}, e.g. {_few(differ)}): something "
+                               "in the submission changed what one view shows")
     for name in expected:
         if name not in trains and (name not in ref.pretrained or digests.get(name) != ref.pretrained[name]):
             raise EvidenceMissing(f"{what}: the frozen parameter {name} is not the pretrained one")
