@@ -157,8 +157,9 @@ def add_lora(encoder):
 #: The parts a case really does (with the solution's code); every other part must not pass.
 HONEST = {case: {"1 lora", "2 regimes", "3 loop", "5 seeds"}
           for case in ("untrained_model", "scored_on_the_training_set", "frozen_encoder_moved")}
-HONEST["noise_instead_of_training"] = {"1 lora", "2 regimes"}  # its loop and every run are noise
-HONEST["never_frozen_but_shown_frozen"] = {"1 lora", "2 regimes", "3 loop"}
+# At smoke the seed study has one seed: part 5 is summarize alone, which these cases take from the solution.
+HONEST["noise_instead_of_training"] = {"1 lora", "2 regimes", "5 seeds"}  # its loop and every run are noise
+HONEST["never_frozen_but_shown_frozen"] = {"1 lora", "2 regimes", "3 loop", "5 seeds"}
 # Its runs return no peak_mib, so the notebook's own seed-study cell fails too (part 4 with it).
 HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
 #: The parts the import case must send for review: the course's add_lora, the course's train inside train_loop.

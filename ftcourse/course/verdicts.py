@@ -31,6 +31,7 @@ only required to be a sensible number.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -237,6 +238,7 @@ class Reference:
 
 _references: dict = {}
 _lock = threading.Lock()
+_descent_lock = threading.Lock()
 
 
 def reference(profile) -> Reference:
@@ -457,7 +459,9 @@ def trained_model(record, regime: str, what: str, folder: Path, ref: Reference):
             if tuple(tensor.shape) != tuple(params[name].shape) or tensor.dtype != params[name].dtype:
                 raise EvidenceMissing(f"{what}: the saved {name} has the wrong shape or type")
             params[name].copy_(tensor)
-    found = descent(start_model(record, regime, what, folder, ref, lora), model, ref)
+    with _descent_lock:  # one at a time: each holds a second copy of the model and its gradient
+        found = descent(start_model(record, regime, what, folder, ref, lora), model, ref)
+        gc.collect()
     _check_descent(found, what)
     model.descent = found  # for the verdict's message
     return model, trainable_count(model)
@@ -522,8 +526,10 @@ def descent(start, final, ref: Reference) -> dict:
     # cosine with a fixed one is about N(0, 1/d), and it agrees in sign on about half the coordinates,
     # N(1/2, 1/(4n)). Adam's steps agree in sign (LoRA's, many small ones); plain descent aligns.
     z = max(alignment * math.sqrt(max(change.numel(), 1)), (agreement - 0.5) * 2 * math.sqrt(max(n, 1)))
-    return {"loss_before": before.item(), "loss_after": after, "alignment": alignment, "agreement": agreement,
-            "coordinates": n, "z": z}
+    found = {"loss_before": before.item(), "loss_after": after, "alignment": alignment, "agreement": agreement,
+             "coordinates": n, "z": z}
+    del gradients, moving, change, downhill, before  # the start model's graph and gradient: freed now
+    return found
 
 
 def descent_text(model) -> str:
