@@ -31,7 +31,6 @@ only required to be a sensible number.
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import re
@@ -461,7 +460,9 @@ def trained_model(record, regime: str, what: str, folder: Path, ref: Reference):
             params[name].copy_(tensor)
     with _descent_lock:  # one at a time: each holds a second copy of the model and its gradient
         found = descent(start_model(record, regime, what, folder, ref, lora), model, ref)
-        gc.collect()
+        from ..training import _return_freed_memory_to_os
+
+        _return_freed_memory_to_os()  # that copy, back to the OS before the next check
     _check_descent(found, what)
     model.descent = found  # for the verdict's message
     return model, trainable_count(model)
