@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ftcourse import config, training
-from ftcourse.course import verdicts
+from ftcourse.course import evidence, verdicts
 
 REGIMES = ("frozen", "finetune", "lora")
 LORA = {"r": 8, "lora_alpha": 8, "lora_dropout": 0.1, "target_modules": ["query", "value"], "bias": "none"}
@@ -28,7 +28,7 @@ def honest(ref, regime, seed=0, train=None):
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, p in start.named_parameters():
-            if verdicts._is_new(name) and "lora_B" not in name:
+            if evidence.is_new_parameter(name) and "lora_B" not in name:
                 p.copy_(torch.randn_like(p) * 0.02)  # the seed's own head (and LoRA A)
     final = copy.deepcopy(start)
     rate = _rates(profile)[regime]

@@ -178,7 +178,7 @@ def _clean_result(row):
     return cleaned
 
 
-def _is_new(name: str) -> bool:
+def is_new_parameter(name: str) -> bool:
     """A parameter the course's pretrained encoder does not hold: the head's, LoRA's."""
     return not name.startswith("encoder.") or "lora_" in name
 
@@ -187,7 +187,7 @@ def _start(model) -> tuple[dict, dict]:
     """``(digests, values)`` of ``model`` as built: every parameter's digest, and the values of the
     new ones (the head, LoRA), which the grader's descent check starts from. The rest must be the
     pretrained encoder's, which the grader holds itself and checks against the digests."""
-    values = {n: p.detach().to("cpu").contiguous().clone() for n, p in model.named_parameters() if _is_new(n)}
+    values = {n: p.detach().to("cpu").contiguous().clone() for n, p in model.named_parameters() if is_new_parameter(n)}
     return digests(model), values
 
 

@@ -16,8 +16,9 @@ parsed only within caps on its values and nesting too) and
   model must have the same parameters, and exactly the ones the regime trains must train;
 - *the student's loop, and each measured run*: it loads the weights the run changed into that reference model, and checks
   that training happened (every parameter the regime trains changed, and the change is a descent step:
-  from the run's recorded start, whose pretrained part must be the grader's own, the change aligns with
-  the negative gradient of the training loss on the grader's examples and lowers that loss: ``descent``),
+  from the run's recorded start, whose pretrained part must be the grader's own, the change agrees with
+  the negative gradient of the training loss on the grader's examples far beyond what a random change
+  would: ``descent``),
   that nothing frozen moved (every other parameter is byte for byte the pretrained one: its digest matches), re-scores the
   model with the course's ``predict`` on the grader's own dev set, and requires the reported
   accuracy to be that accuracy (within one example) and the reported trainable count to be the
@@ -41,6 +42,7 @@ from pathlib import Path
 import torch
 
 from .checks import BERT_BASE_LORA_PARAMETERS, BERT_BASE_LORA_PERCENT, LORA_RANK, LORA_TARGETS, RESULT_KEYS
+from .evidence import is_new_parameter
 
 #: Caps on what the grader reads back from the evidence folder.
 MAX_JSON_BYTES = 64 * 2**20
@@ -452,12 +454,7 @@ def trained_model(record, regime: str, what: str, folder: Path, ref: Reference):
     weights = {canonical(n): t for n, t in read_weights(folder, record.get("file")).items()}
     if set(weights) != changed:
         raise EvidenceMissing(f"{what}: the saved weights are not the parameters that changed")
-    params = {canonical(n): p for n, p in model.named_parameters()}
-    with torch.no_grad():
-        for name, tensor in weights.items():
-            if tuple(tensor.shape) != tuple(params[name].shape) or tensor.dtype != params[name].dtype:
-                raise EvidenceMissing(f"{what}: the saved {name} has the wrong shape or type")
-            params[name].copy_(tensor)
+    _load(model, weights, f"{what}: the saved")
     with _descent_lock:  # one at a time: each holds a second copy of the model and its gradient
         found = descent(start_model(record, regime, what, folder, ref, lora), model, ref)
         from ..training import _return_freed_memory_to_os
@@ -466,10 +463,6 @@ def trained_model(record, regime: str, what: str, folder: Path, ref: Reference):
     _check_descent(found, what)
     model.descent = found  # for the verdict's message
     return model, trainable_count(model)
-
-
-def _is_new(name: str) -> bool:
-    return not name.startswith("encoder.") or "lora_" in name
 
 
 def start_model(record, regime: str, what: str, folder: Path, ref: Reference, lora):
@@ -482,18 +475,24 @@ def start_model(record, regime: str, what: str, folder: Path, ref: Reference, lo
         raise EvidenceMissing(f"{what}: the model's weights as built were not recorded")
     params = {canonical(n): p for n, p in model.named_parameters()}
     for name in params:
-        if not _is_new(name) and start.get(name) != ref.pretrained.get(name):
+        if not is_new_parameter(name) and start.get(name) != ref.pretrained.get(name):
             raise EvidenceMissing(f"{what}: the model did not start from the pretrained encoder ({name} differs)")
     values = {canonical(n): t for n, t in read_weights(folder, record["start_file"]).items()}
-    new = {n for n in params if _is_new(n)}
-    if set(values) != new:
+    if set(values) != {n for n in params if is_new_parameter(n)}:
         raise EvidenceMissing(f"{what}: the recorded start is not the model's new parameters")
-    with torch.no_grad():
-        for name, tensor in values.items():
-            if tuple(tensor.shape) != tuple(params[name].shape) or tensor.dtype != params[name].dtype:
-                raise EvidenceMissing(f"{what}: the recorded start of {name} has the wrong shape or type")
-            params[name].copy_(tensor)
+    _load(model, values, f"{what}: the recorded start of")
     return model
+
+
+def _load(model, weights: dict, said: str) -> None:
+    """Copy ``weights`` (canonical name -> tensor, read from the evidence) into ``model``, refusing
+    any of another shape or type (``said`` begins the message)."""
+    params = {canonical(n): p for n, p in model.named_parameters()}
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            if tuple(tensor.shape) != tuple(params[name].shape) or tensor.dtype != params[name].dtype:
+                raise EvidenceMissing(f"{said} {name} has the wrong shape or type")
+            params[name].copy_(tensor)
 
 
 def _loss(model, batch) -> torch.Tensor:
@@ -502,11 +501,11 @@ def _loss(model, batch) -> torch.Tensor:
 
 
 def descent(start, final, ref: Reference) -> dict:
-    """Whether ``final`` is ``start`` moved down the training loss, on the grader's own examples:
-    the loss before and after, and the cosine between the change of the trainable weights (those
-    with a gradient at the start) and the loss's negative gradient there. Training moves the weights against the gradient, so the
-    two align; noise added to the weights, or a change made on other data that does not lower this
-    loss, does not."""
+    """Whether ``final`` is ``start`` moved down the training loss, on the grader's own examples: the
+    change of the trainable weights (those with a gradient at the start) against the loss's negative
+    gradient there, as a cosine and as a sign agreement, each in standard deviations of a random
+    change (``z``, the larger), and the loss before and after (shown, not judged: a large first step
+    can overshoot). Training moves the weights against the gradient; noise does not."""
     trainable = [(n, p) for n, p in start.named_parameters() if p.requires_grad]
     before = _loss(start, ref.train_batch)
     gradients = torch.autograd.grad(before, [p for _, p in trainable])
