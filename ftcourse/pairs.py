@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import datasets
 import torch
@@ -58,41 +58,44 @@ def train_cross_encoder(encoder: nn.Module, train: datasets.Dataset, profile=Non
 
 
 def choose_lr(encoder: nn.Module, train: datasets.Dataset, validation: datasets.Dataset, lrs, profile=None,
-              epochs: int = 1, pad_token_id: int = 0, extensions: int = 2, step: float = 4.0) -> tuple[float, dict]:
+              epochs: int = 1, pad_token_id: int = 0, extensions: int = 2, step: float = 4.0,
+              trained: dict | None = None) -> tuple[float, dict]:
     """The lr of ``lrs`` whose cross-encoder, trained ``epochs`` on ``train``, ranks the pairs of
     ``validation`` (carved from the training split, never the reported one) best. When the best
     sits at an end of the grid, the grid grows one ``step`` that way, up to ``extensions`` times
-    (as ``experiments.choose_lr`` does). Returns ``(lr, {lr: validation Spearman x100})``; ties go
-    to the first tried."""
+    (``experiments.grid.search``, the search ``experiments.choose_lr`` runs too). Returns
+    ``(lr, {lr: validation Spearman x100})``; ties go to the first tried. ``trained``: a dict that
+    receives each model, keyed ``(lr, epochs)``, so the chosen one need not train again."""
+    from .experiments import grid
+
     data.require_validation(validation, "pairs.choose_lr")
-    scores = {}
 
     def score(lr):
         model, _ = train_cross_encoder(encoder, train, profile, epochs=epochs, lr=lr, pad_token_id=pad_token_id,
                                        progress=False)
-        scores[lr] = spearman_x100(model, validation, pad_token_id)
+        if trained is not None:
+            trained[lr, epochs] = model
+        return spearman_x100(model, validation, pad_token_id)
 
-    for lr in tqdm(lrs, desc="cross-encoder lr sweep"):
-        score(lr)
-    for _ in range(extensions):
-        tried, best = sorted(scores), max(scores, key=scores.get)
-        if len(tried) < 2 or best not in (tried[0], tried[-1]):
-            break
-        score(tried[-1] * step if best == tried[-1] else tried[0] / step)
-    return max(scores, key=scores.get), dict(sorted(scores.items()))
+    found = grid.search(score, lrs, step, extensions, progress=lambda values: tqdm(values, desc="cross-encoder lr sweep"))
+    return found.best, dict(sorted(found.scores.items()))
 
 
 def choose_epochs(encoder: nn.Module, train: datasets.Dataset, validation: datasets.Dataset, lr: float,
-                  candidates=(1, 2, 3), profile=None, pad_token_id: int = 0, known: dict | None = None) -> tuple[int, dict]:
+                  candidates=(1, 2, 3), profile=None, pad_token_id: int = 0, known: dict | None = None,
+                  trained: dict | None = None) -> tuple[int, dict]:
     """The number of epochs, of ``candidates``, whose cross-encoder at ``lr`` ranks ``validation``'s
     pairs best: the stopping rule, chosen for this architecture as lesson 4 chose the
     bi-encoder's. ``known``: ``{epochs: score}`` already measured (``choose_lr``'s own run).
-    Returns ``(epochs, {epochs: validation Spearman x100})``; ties go to the fewest."""
+    Returns ``(epochs, {epochs: validation Spearman x100})``; ties go to the fewest. ``trained``:
+    as ``choose_lr``'s."""
     data.require_validation(validation, "pairs.choose_epochs")
     scores = dict(known or {})
     for count in tqdm([c for c in candidates if c not in scores], desc="cross-encoder epochs"):
         model, _ = train_cross_encoder(encoder, train, profile, epochs=count, lr=lr, pad_token_id=pad_token_id,
                                        progress=False)
+        if trained is not None:
+            trained[lr, count] = model
         scores[count] = spearman_x100(model, validation, pad_token_id)
     scores = dict(sorted(scores.items()))
     return max(scores, key=scores.get), scores
@@ -100,13 +103,15 @@ def choose_epochs(encoder: nn.Module, train: datasets.Dataset, validation: datas
 
 @dataclass(frozen=True)
 class CrossEncoderChoice:
-    """A cross-encoder's rate and stopping point, both chosen on a carved validation part."""
+    """A cross-encoder's rate and stopping point, both chosen on a carved validation part, and
+    the model the chooser trained at that choice (on the chooser's training pairs)."""
 
     lr: float
     epochs: int
     lr_scores: dict  # lr -> validation Spearman x100, at ``lr_epochs``
     epoch_scores: dict  # epochs -> validation Spearman x100, at ``lr``
     lr_epochs: int = 1
+    model: nn.Module | None = field(default=None, repr=False, compare=False)
 
     def line(self, name: str = "cross-encoder") -> str:
         return (f"{name}, validation Spearman x100 by lr ({self.lr_epochs} epoch{'s' if self.lr_epochs > 1 else ''}): "
@@ -118,12 +123,14 @@ class CrossEncoderChoice:
 def choose_cross_encoder(encoder: nn.Module, train: datasets.Dataset, validation: datasets.Dataset, lrs,
                          profile=None, epochs=(1,), pad_token_id: int = 0) -> CrossEncoderChoice:
     """The rate (``choose_lr``, at the fewest of ``epochs``), then the number of ``epochs`` at that
-    rate (``choose_epochs``), each on ``validation``."""
-    first = min(epochs)
-    lr, lr_scores = choose_lr(encoder, train, validation, lrs, profile, epochs=first, pad_token_id=pad_token_id)
+    rate (``choose_epochs``), each on ``validation``. The choice keeps the model trained at it, so a
+    run on the same ``train`` at the chosen budget is that model, not a second training."""
+    first, trained = min(epochs), {}
+    lr, lr_scores = choose_lr(encoder, train, validation, lrs, profile, epochs=first, pad_token_id=pad_token_id,
+                              trained=trained)
     count, epoch_scores = choose_epochs(encoder, train, validation, lr, epochs, profile, pad_token_id,
-                                        known={first: lr_scores[lr]})
-    return CrossEncoderChoice(lr, count, lr_scores, epoch_scores, first)
+                                        known={first: lr_scores[lr]}, trained=trained)
+    return CrossEncoderChoice(lr, count, lr_scores, epoch_scores, first, model=trained[lr, count])
 
 
 def zero_shot_x100(encoder: nn.Module, tokenizer, pairs: datasets.Dataset) -> float:
@@ -144,7 +151,7 @@ def both_heads(role: str, encoder: nn.Module, tokenizer, train, held_out, test, 
     train_pairs, held_pairs, test_pairs = (tokenize_pairs(part, tokenizer, profile.max_length)
                                            for part in (train, held_out, test))
     choice = choose_cross_encoder(encoder, train_pairs, held_pairs, lrs, profile, (recipe.epochs,), pad)
-    cross, _ = train_cross_encoder(encoder, train_pairs, profile, lr=choice.lr, epochs=recipe.epochs, pad_token_id=pad)
+    cross = choice.model  # trained on train_pairs at the chosen lr and recipe's epochs: the run itself
     bi, _ = similarity.cached_siamese(models.model_source(role, profile), train, recipe)
     return {"cross": spearman_x100(cross, test_pairs, pad), "choice": choice,
             "bi": similarity.evaluate_sentence_model(bi, test["sentence1"], test["sentence2"], test["score"])}

@@ -202,3 +202,23 @@ def test_the_ablation_verdicts_read_paired_differences_and_can_fail():
     no_help = _study({"neither": ("full fine-tuning", (0.60, 0.61, 0.59), 1, 1000),
                       "warmup only": ("full fine-tuning", (0.62, 0.58, 0.60), 1, 1000)})
     assert "None is shown to help" in ablations.verdicts(freezing, no_help, pre)[3]
+
+
+def test_the_grid_search_extends_past_the_edge_its_best_sits_on_and_stops_inside():
+    from ftcourse.experiments import grid
+
+    tried = []
+
+    def rising(value):  # the best is always the largest: the grid grows upward, twice, then says so
+        tried.append(value)
+        return value
+
+    found = grid.search(rising, [1.0, 2.0], step=4.0, extensions=2)
+    assert tried == [1.0, 2.0, 8.0, 32.0] and found.best == 32.0 and found.at_edge
+    peaked = grid.search(lambda v: -abs(v - 2.0), [0.5, 2.0, 8.0])  # an interior best: nothing added
+    assert peaked.grid == [0.5, 2.0, 8.0] and peaked.best == 2.0 and not peaked.at_edge
+    falling = grid.search(lambda v: -v, [1.0, 2.0], step=2.0, extensions=1)
+    assert falling.grid == [0.5, 1.0, 2.0] and falling.best == 0.5 and falling.at_edge
+    assert grid.search(lambda v: 1.0, [3.0, 1.0]).best == 1.0  # a tie goes to the first tried (sorted grid)
+    with pytest.raises(ValueError, match="grid is empty"):
+        grid.search(rising, [])

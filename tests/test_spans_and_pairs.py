@@ -156,6 +156,10 @@ def test_the_cross_encoder_chooser_extends_its_grid_and_chooses_its_epochs(encod
     assert lr == max(scores, key=scores.get)
     epochs, by_epochs = pairs.choose_epochs(encoder, train, validation, lr, (1, 2), profile, known={1: scores[lr]})
     assert set(by_epochs) == {1, 2} and by_epochs[1] == scores[lr] and epochs == max(by_epochs, key=by_epochs.get)
+    choice = pairs.choose_cross_encoder(encoder, train, validation, [1e-4, 1e-3], profile, epochs=(1, 2))
+    fresh, _ = pairs.train_cross_encoder(encoder, train, profile, lr=choice.lr, epochs=choice.epochs, progress=False)
+    # the chosen model is the run at the choice (kept, not trained again): the same scores as a fresh run
+    assert torch.equal(pairs.predicted_scores(choice.model, validation), pairs.predicted_scores(fresh, validation))
 
 
 def test_a_cross_encoder_below_its_own_zero_shot_score_is_named():

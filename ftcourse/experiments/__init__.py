@@ -3,6 +3,7 @@
 - ``engine``: a declared ``RunSpec`` trained into one ``RunRecord`` type;
 - ``store``: every run keyed by its spec, data, encoder and code, trained once per build;
 - ``choose``: one learning-rate chooser on a carved validation part, extended past its edges;
+- ``grid``: the grid search every chooser runs (the extension past an edge), free of any import;
 - ``compare``: verdicts from paired differences over seeds, with their intervals, ties and all.
 
 Its names load on first use (``compare`` needs nothing else, so a module the engine imports may
@@ -15,10 +16,10 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the static view of what this package holds (also what the notebook stamps follow)
-    from . import choose, compare, engine, store  # noqa: F401
+    from . import choose, compare, engine, grid, store  # noqa: F401
 
 _HOME = {"Choice": "choose", "choose_lr": "choose", "Comparison": "compare", "paired": "compare",
-         "summarize": "compare", "RunRecord": "engine", "RunSpec": "engine", "by_seed": "engine",
+         "summarize": "compare", "search": "grid", "GridResult": "grid", "RunRecord": "engine", "RunSpec": "engine", "by_seed": "engine",
          "train_run": "engine", "RunStore": "store", "default_store": "store", "run": "store"}
 __all__ = sorted(_HOME)
 

@@ -2,8 +2,8 @@
 
 ``choose_lr`` trains a spec at each rate of a grid and keeps the one whose run scores best on
 ``validation`` (never on the split a lesson reports). When the best sits at an end of the grid,
-the grid grows one ``step`` further that way, up to ``extensions`` times, so a chosen rate is
-not one the grid merely cut off; a rate still at the edge after that is flagged (``at_edge``).
+the grid grows one ``step`` further that way, up to ``extensions`` times (``grid.search``, the
+one search every chooser runs); a rate still at the edge after that is flagged (``at_edge``).
 Every run goes through the store, so a second lesson asking the same sweep reads it.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from .. import data
-from . import engine, store as store_module
+from . import engine, grid as grid_module, store as store_module
 
 
 @dataclass(frozen=True)
@@ -45,16 +45,13 @@ def choose_lr(base: engine.RunSpec, grid, encoder, train, validation, dev=None, 
     data.require_validation(validation, "experiments.choose_lr")
     scored = {"validation": validation, **({"dev": dev} if dev is not None else {})}
 
-    def at(lr):
-        return store_module.run(base.with_(lr=lr), encoder, train, scored, store=store)
+    runs = {}
 
-    tried = [at(lr) for lr in tqdm(sorted(grid), desc=f"{base.method}: lr sweep", leave=False, disable=not progress)]
-    for _ in range(extensions):
-        lrs = sorted(r.lr for r in tried)
-        best = max(tried, key=lambda r: r.validation).lr
-        if len(lrs) < 2 or best not in (lrs[0], lrs[-1]):
-            break
-        tried.append(at(lrs[-1] * step if best == lrs[-1] else lrs[0] / step))
-    best = max(tried, key=lambda r: r.validation)
-    lrs = sorted(r.lr for r in tried)
-    return Choice(best.lr, best, tuple(tried), len(lrs) > 1 and best.lr in (lrs[0], lrs[-1]))
+    def at(lr):
+        runs[lr] = store_module.run(base.with_(lr=lr), encoder, train, scored, store=store)
+        return runs[lr].validation
+
+    found = grid_module.search(at, grid, step, extensions,
+                               progress=lambda values: tqdm(values, desc=f"{base.method}: lr sweep", leave=False,
+                                                            disable=not progress))
+    return Choice(found.best, runs[found.best], tuple(runs[lr] for lr in found.scores), found.at_edge)
