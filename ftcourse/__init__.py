@@ -17,6 +17,7 @@ A lesson imports these; each module is one idea, in the order the course meets t
 - ``engine`` (``ftcourse.experiments``, one experiment system): a declared run trained into one record;
 - ``store``: each run stored once per build, so lessons quoting one comparison read one set of runs;
 - ``choose``: one learning-rate chooser, on a validation part carved from the training split;
+- ``grid``: the one grid search every chooser runs, extended past an edge its best sits on;
 - ``compare``: verdicts from paired differences over seeds, with their intervals and ties;
 - ``provenance``: which code made a result, as a digest of a module and all it imports;
 - ``frontier``: every parameter-efficient method trained on one encoder and budget (lesson 3b);

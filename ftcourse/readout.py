@@ -32,13 +32,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 from tqdm.auto import tqdm
 
-from . import cache, config, heads, models, speed, training
+from . import cache, config, data, heads, models, speed, training
 
 #: Bump when the file layout changes: old caches then no longer match and are rebuilt.
 FEATURES_FORMAT = 1
@@ -152,6 +153,7 @@ class WordFeatures:
     label_names: list
     key: dict  # what the features were built from (see ``feature_key``)
     extraction: dict = field(default_factory=dict)  # tokens and seconds of the build
+    carved: bool = False  # a validation part held out of a training split (``carve``): it may choose settings
 
     @property
     def num_layers(self) -> int:
@@ -179,6 +181,23 @@ class WordFeatures:
 
     def label_offsets(self) -> torch.Tensor:
         return torch.cat([torch.zeros(1, dtype=torch.long), self.words.cumsum(0)])
+
+    def __len__(self) -> int:  # sentences, as a split's rows
+        return self.num_sentences
+
+    @property
+    def info(self):
+        """The carve mark, where ``data.require_validation`` reads it on a ``datasets.Dataset``."""
+        return SimpleNamespace(description=data.VALIDATION_MARK if self.carved else "")
+
+    def select(self, sentences) -> "WordFeatures":
+        """The features of these sentences (indices into this split), in that order."""
+        states, labels = self.state_offsets().tolist(), self.label_offsets().tolist()
+        ids = [int(i) for i in sentences]
+        pick = lambda tensor, offsets: torch.cat([tensor[offsets[i]:offsets[i + 1]] for i in ids])  # noqa: E731
+        return replace(self, states=pick(self.states, states), labels=pick(self.labels, labels),
+                       words=self.words[ids], kept=self.kept[ids], carved=False,
+                       key={**self.key, "sentences": hashlib.sha256(repr(ids).encode()).hexdigest()[:16]})
 
     def gold_tags(self) -> list[list[str]]:
         """The gold tag names, one list per sentence (for seqeval)."""
@@ -548,10 +567,11 @@ def evaluate_readout(train: WordFeatures, validation: WordFeatures, name: str, p
 
 
 def evaluate_readouts(train: WordFeatures, validation: WordFeatures, names, profile=None, *,
-                      head: str = "bilstm", seed: int = 0, progress: bool = True) -> dict:
+                      head: str = "bilstm", seed: int = 0, progress: bool = True, lrs: dict | None = None) -> dict:
     """``evaluate_readout`` for each name. Names are checked up front, so a typo fails before
     any training; names for the same layers (``last`` and ``layer_6`` of a 6-layer encoder)
-    are trained once and share the result."""
+    are trained once and share the result. ``lrs``: each name's own rate (``choose_readout_lrs``);
+    a name not in it trains at the profile's."""
     resolved = {name: resolve_readout(name, train.num_layers) for name in names}
     results, trained = {}, {}
     bar = tqdm(names, desc=f"readouts ({head})", disable=not progress)
@@ -559,21 +579,82 @@ def evaluate_readouts(train: WordFeatures, validation: WordFeatures, names, prof
         bar.set_postfix(readout=name)
         same = (resolved[name].layers, resolved[name].combine)
         if same not in trained:
-            trained[same] = evaluate_readout(train, validation, name, profile, head=head, seed=seed)
+            trained[same] = evaluate_readout(train, validation, name, profile, head=head, seed=seed,
+                                             lr=(lrs or {}).get(name))
         results[name] = replace(trained[same], readout=name)
     return results
 
 
 def evaluate_readouts_over_seeds(train: WordFeatures, validation: WordFeatures, names, profile=None, *,
-                                 head: str = "bilstm", seeds=(0,), progress: bool = True) -> dict:
+                                 head: str = "bilstm", seeds=(0,), progress: bool = True,
+                                 lrs: dict | None = None) -> dict:
     """``evaluate_readouts`` once per seed (the head's initialisation, dropout and batch order):
-    ``{name: {seed: ReadoutResult}}``, what ``compare_readouts`` pairs."""
+    ``{name: {seed: ReadoutResult}}``, what ``compare_readouts`` pairs. ``lrs``: as there."""
     runs: dict = {}
     for seed in seeds:
         for name, result in evaluate_readouts(train, validation, names, profile, head=head, seed=seed,
-                                              progress=progress).items():
+                                              progress=progress, lrs=lrs).items():
             runs.setdefault(name, {})[seed] = result
     return runs
+
+
+def carve(features: WordFeatures, size: int, seed: int = 0) -> tuple[WordFeatures, WordFeatures]:
+    """``(rest, validation)``: ``size`` sentences of a training split's features held out, drawn as
+    ``data.carve_validation`` draws rows. ``validation`` carries the carve mark, so it may choose
+    settings; ``rest`` is what the head trains on while they are chosen."""
+    import datasets
+
+    rest, held = data.carve_validation(datasets.Dataset.from_dict({"i": list(range(features.num_sentences))}), size,
+                                       seed)
+    return features.select(rest["i"]), replace(features.select(held["i"]), carved=True)
+
+
+@dataclass(frozen=True)
+class ReadoutRates:
+    """Each readout's rate, chosen on a carved validation part: ``{name: GridResult}`` (F1 x100)."""
+
+    by_name: dict
+
+    @property
+    def lrs(self) -> dict:
+        return {name: found.best for name, found in self.by_name.items()}
+
+    def line(self) -> str:
+        """One entry per search; names for the same layers (``last`` = ``layer_6``) are joined by ``=``."""
+        searches: dict = {}
+        for name, found in self.by_name.items():
+            searches.setdefault(id(found), (found, []))[1].append(name)
+        edge = [" = ".join(names) for found, names in searches.values() if found.at_edge]
+        return ("lr chosen per readout on validation (F1 x100): " + "; ".join(
+            " = ".join(names) + " " + ", ".join(f"{lr:g} {f1:.1f}" for lr, f1 in sorted(found.scores.items()))
+            + f" -> {found.best:g}" for found, names in searches.values())
+            + (f" (still at the grid's end: {', '.join(edge)})" if edge else ""))
+
+
+def choose_readout_lrs(rest: WordFeatures, validation: WordFeatures, names, profile=None, *, head: str = "bilstm",
+                       grid=None, seed: int = 0, progress: bool = True) -> ReadoutRates:
+    """Each readout's own Adam rate: its head trained on ``rest`` at each rate of ``grid``
+    (default the profile's ``readout_lr`` / 3, x1, x3), scored on ``validation`` (carved from the
+    training split by ``carve``, never the split the lesson reports), the grid extended past an
+    edge its best sits on (``experiments.grid.search``). A four-times-wider input (``concat_last4``)
+    or a learned mix may want another rate than a single layer: each readout gets its own, so the
+    comparison between them is not decided by one shared rate. Names for the same layers share one
+    search."""
+    from .experiments import grid as grid_search
+
+    data.require_validation(validation, "readout.choose_readout_lrs")
+    profile = config.get_profile(profile)
+    base = profile.readout_lr if head == "bilstm" else profile.probe_lr
+    resolved = {name: resolve_readout(name, rest.num_layers) for name in names}
+    found, by_name = {}, {}
+    for name in tqdm(names, desc=f"readout lr ({head})", disable=not progress):
+        same = (resolved[name].layers, resolved[name].combine)
+        if same not in found:
+            found[same] = grid_search.search(
+                lambda lr: evaluate_readout(rest, validation, name, profile, head=head, seed=seed, lr=lr).f1,
+                grid or (base / 3, base, base * 3), step=3.0)
+        by_name[name] = found[same]
+    return ReadoutRates(by_name)
 
 
 def seed_means(runs: dict) -> dict:

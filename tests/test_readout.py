@@ -288,3 +288,25 @@ def test_the_paper_claims_read_paired_differences_over_seeds_and_can_fail_or_tie
     assert rows[0][3] == "DISAGREES" and rows[1][3] == "DISAGREES" and rows[2][3] == "DISAGREES"
     assert rows[3][2] == "no"  # fine-tuning's one run under the best readout's interval
     assert readout.seed_means(clear)["concat_last4"].f1 == pytest.approx(92 + 1 / 3)
+
+
+def test_each_readout_gets_its_own_rate_chosen_on_a_carved_part_only(tiny_bert, tokenizer):
+    from ftcourse import data
+
+    features = readout.extract_features(tiny_bert, tokenizer, tiny_conll(20), max_length=64, progress=False)
+    rest, held = readout.carve(features, 6)
+    assert (rest.num_sentences, held.num_sentences) == (14, 6) and held.carved and not rest.carved
+    assert int(rest.words.sum() + held.words.sum()) == int(features.words.sum())  # every word, in one part
+    assert held.gold_tags() == [features.gold_tags()[i] for i in sorted(
+        set(range(20)) - set(data.carve_validation(datasets.Dataset.from_dict({"i": list(range(20))}), 6)[0]["i"]))]
+    profile = PROFILE.with_(readout_epochs=1)
+    rates = readout.choose_readout_lrs(rest, held, ["last", "layer_2", "embeddings"], profile, head="linear",
+                                       grid=(1e-3, 1e-2), progress=False)
+    assert rates.by_name["last"] is rates.by_name["layer_2"]  # the same layers: one search
+    for found in rates.by_name.values():
+        assert found.best == max(found.scores, key=found.scores.get) and len(found.scores) >= 2
+    assert rates.line().startswith("lr chosen per readout on validation (F1 x100): last = layer_2 0.000333333 ")
+    assert set(rates.lrs) == {"last", "layer_2", "embeddings"}
+    for part in (features, rest):  # the whole split, or the part the head trains on, never chooses
+        with pytest.raises(data.ReportedSplitError, match="choose_readout_lrs"):
+            readout.choose_readout_lrs(rest, part, ["last"], profile, head="linear", progress=False)
