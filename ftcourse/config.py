@@ -109,6 +109,7 @@ class Profile:
     span_train_size: int | None = None
     span_eval_size: int | None = None
     span_epochs: int = 2
+    span_validation_size: int = 200  # training questions held out to choose each regime's span lr
     # Lesson 4b's second pair comparison, from the adapted encoder: a subset of STS-B's training
     # pairs (None = all but the validation part) and its epochs, the same for both heads.
     adapted_pair_train_size: int | None = None
@@ -247,7 +248,8 @@ def shrunk(base: Profile, examples: int, **changes) -> Profile:
                       frontier_epochs=1, frontier_seeds=(0,), frontier_eval_size=examples,
                       span_train_size=examples, span_eval_size=examples, span_epochs=1,
                       adapted_pair_train_size=examples, adapted_pair_epochs=1, text_loop_size=examples,
-                      readout_validation_size=max(examples // 4, 2), **changes)
+                      readout_validation_size=max(examples // 4, 2),
+                      span_validation_size=max(examples // 4, 2), **changes)
 
 
 # The offline profile shrunk: what CI executes every notebook at under nbval (the offline code path

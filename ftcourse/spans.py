@@ -18,6 +18,7 @@ import string
 import datasets
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from . import config, data, heads, lora, training
 from .report import Table
@@ -157,22 +158,62 @@ def span_model(regime: str, encoder: nn.Module, profile=None, seed: int = 0) -> 
     return heads.set_regime(heads.TaskModel(copy.deepcopy(encoder), head), regime)
 
 
-def train_span_regimes(encoder: nn.Module, train: datasets.Dataset, held_out: datasets.Dataset, tokenizer,
-                       profile=None, seed: int = 0, epochs: int = 1) -> tuple[dict, dict]:
-    """Each of ``SPAN_REGIMES`` trained on ``train`` for ``epochs`` (the same steps for all), the
-    encoder at its regime's lr (LoRA: the profile's LoRA lr; fine-tuning: its fine-tuning lr)
-    and the new linear head at the profile's linear-probe lr in every regime, then scored on
-    ``held_out``. Returns ``(scores by regime, models by regime)``; each score
-    carries the run's trainable parameters, steps and seconds per epoch."""
+def _span_run(regime: str, encoder: nn.Module, train: datasets.Dataset, lr: float, tokenizer, profile, seed: int,
+              epochs: int):
+    """One regime's span model trained at ``lr``: the encoder's rate (LoRA, fine-tuning; the new
+    head at the profile's linear-probe rate), or the head's own when the encoder is frozen."""
+    model = span_model(regime, encoder, profile, seed)
+    settings = training.TrainConfig(lr=lr, head_lr=lr if regime == "frozen" else profile.probe_lr, epochs=epochs,
+                                    batch_size=profile.regime_batch_size, seed=seed, progress=False)
+    return model, training.train(model, train.remove_columns(list(SCORING_COLUMNS)), settings,
+                                 pad_token_id=tokenizer.pad_token_id)
+
+
+def default_span_lrs(profile=None) -> dict:
+    """What each regime's rate defaults to: the head's linear-probe rate when the encoder is
+    frozen, the profile's LoRA and fine-tuning rates otherwise."""
     profile = config.get_profile(profile)
-    lrs = {"frozen": profile.probe_lr, "lora": profile.lora_lr, "finetune": profile.finetune_lr}
+    return {"frozen": profile.probe_lr, "lora": profile.lora_lr, "finetune": profile.finetune_lr}
+
+
+def choose_span_lrs(encoder: nn.Module, train: datasets.Dataset, validation: datasets.Dataset, tokenizer,
+                    profile=None, epochs: int = 1, seed: int = 0, progress: bool = True) -> dict:
+    """Each regime's own rate for the span head: trained on ``train`` for ``epochs`` at the
+    regime's default rate / 4, x1 and x4 (``default_span_lrs``), scored by token F1 on
+    ``validation`` (questions carved from the training ones, never the held-out dev questions),
+    the grid extended past an edge its best sits on (``experiments.grid.search``). Returns
+    ``{regime: GridResult}`` (F1 x100)."""
+    from .experiments import grid
+
+    data.require_validation(validation, "spans.choose_span_lrs")
+    profile = config.get_profile(profile)
+    found = {}
+    for regime, base in tqdm(default_span_lrs(profile).items(), desc="span lr sweep", disable=not progress):
+        def f1_at(lr, regime=regime):
+            model, _ = _span_run(regime, encoder, train, lr, tokenizer, profile, seed, epochs)
+            return 100 * score(model, validation, tokenizer)["f1"]
+
+        found[regime] = grid.search(f1_at, (base / 4, base, base * 4))
+    return found
+
+
+def span_lrs_line(found: dict, epochs: int = 1) -> str:
+    return (f"span lr by regime on validation (token F1 x100, {epochs} epoch{'s' if epochs > 1 else ''}): " + "; ".join(
+        f"{regime} " + ", ".join(f"{lr:g} {f1:.1f}" for lr, f1 in sorted(g.scores.items())) + f" -> {g.best:g}"
+        + (" (at the grid's end)" if g.at_edge else "") for regime, g in found.items()))
+
+
+def train_span_regimes(encoder: nn.Module, train: datasets.Dataset, held_out: datasets.Dataset, tokenizer,
+                       profile=None, seed: int = 0, epochs: int = 1, lrs: dict | None = None) -> tuple[dict, dict]:
+    """Each of ``SPAN_REGIMES`` trained on ``train`` for ``epochs`` (the same steps for all) at its
+    rate in ``lrs`` (``choose_span_lrs``; default ``default_span_lrs``), then scored on
+    ``held_out``. Returns ``(scores by regime, models by regime)``; each score carries the run's
+    trainable parameters, steps, lr and seconds per epoch."""
+    profile = config.get_profile(profile)
+    lrs = {**default_span_lrs(profile), **(lrs or {})}
     scores, models = {}, {}
-    train = train.remove_columns(list(SCORING_COLUMNS))
     for regime in SPAN_REGIMES:
-        model = span_model(regime, encoder, profile, seed)
-        settings = training.TrainConfig(lr=lrs[regime], head_lr=profile.probe_lr, epochs=epochs,
-                                        batch_size=profile.regime_batch_size, seed=seed, progress=False)
-        history = training.train(model, train, settings, pad_token_id=tokenizer.pad_token_id)
+        model, history = _span_run(regime, encoder, train, lrs[regime], tokenizer, profile, seed, epochs)
         scores[regime] = {**score(model, held_out, tokenizer), "trainable": heads.count_parameters(model)["trainable"],
                           "steps": len(history.losses), "lr": lrs[regime],
                           "seconds_per_epoch": history.seconds_per_epoch}

@@ -103,6 +103,23 @@ def test_span_regimes_train_what_they_say(encoder, tokenizer, profile):
     assert "exact match" in spans.span_table(scores, examples.num_rows).columns
 
 
+def test_each_span_regime_gets_its_own_rate_chosen_on_carved_questions(encoder, tokenizer, profile):
+    from ftcourse import data
+
+    examples = spans.tokenize_spans(spans.entity_questions(conll_rows()), tokenizer, 32)
+    rest, validation = data.carve_validation(examples, 2)
+    found = spans.choose_span_lrs(encoder, rest, validation, tokenizer, profile, progress=False)
+    defaults = spans.default_span_lrs(profile)
+    for regime, result in found.items():  # the default / 4, x1, x4, and an extension when the best is at an end
+        assert {defaults[regime] / 4, defaults[regime], defaults[regime] * 4} <= set(result.scores)
+        assert result.best == max(result.scores, key=result.scores.get)
+    assert list(found) == list(spans.SPAN_REGIMES) and "frozen " in spans.span_lrs_line(found)
+    scores, _ = spans.train_span_regimes(encoder, examples, examples, tokenizer, profile, lrs={"lora": 1e-3})
+    assert scores["lora"]["lr"] == 1e-3 and scores["finetune"]["lr"] == defaults["finetune"]
+    with pytest.raises(data.ReportedSplitError, match="choose_span_lrs"):
+        spans.choose_span_lrs(encoder, rest, examples, tokenizer, profile, progress=False)
+
+
 def stsb_rows(n=24):
     g = torch.Generator().manual_seed(0)
     words = ["a dog runs", "a cat sleeps", "the man sings", "two kids play", "rain falls", "a car stops"]
