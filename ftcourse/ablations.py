@@ -55,8 +55,7 @@ def _reference(encoder, train, validation, dev, profile, seeds, store):
     each at the lr its validation sweep chose, over ``seeds`` (read from the run store)."""
     from . import frontier
 
-    methods = [frontier.method(name) for name in frontier.CANONICAL_METHODS]
-    return frontier.frontier(encoder, train, validation, dev, profile, methods=methods, seeds=seeds, store=store)
+    return frontier.canonical(profile, encoder, store=store, splits=(train, validation, dev), seeds=seeds)
 
 
 @dataclass

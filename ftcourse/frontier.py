@@ -127,18 +127,19 @@ def canonical_splits(profile=None, tokenizer=None):
                                profile.max_length))
 
 
-def canonical(profile=None, encoder=None, tokenizer=None, store=None) -> Frontier:
-    """The course's canonical comparison: ``CANONICAL_METHODS`` on ``canonical_splits``, at this
-    lesson's budget and seeds, each at the lr its validation sweep chose. One set of runs, from
-    the run store: lessons 1, 3b and 3c quote these very records, so the comparison has one
-    answer wherever it appears."""
+def canonical(profile=None, encoder=None, tokenizer=None, store=None, splits=None, seeds=None) -> Frontier:
+    """The course's canonical comparison: ``CANONICAL_METHODS`` on ``canonical_splits`` (or the
+    ``(train, validation, dev)`` a lesson already holds), at this lesson's budget and seeds (the
+    profile's ``frontier_seeds`` unless given), each at the lr its validation sweep chose. One set
+    of runs, from the run store: lessons 1, 3b and 3c quote these very records, so the comparison
+    has one answer wherever it appears."""
     from . import models
 
     profile = config.get_profile(profile)
     encoder = encoder if encoder is not None else models.load_encoder(profile, add_pooling_layer=False)
-    train, validation, dev = canonical_splits(profile, tokenizer)
+    train, validation, dev = splits or canonical_splits(profile, tokenizer)
     return frontier(encoder, train, validation, dev, profile, methods=[method(n) for n in CANONICAL_METHODS],
-                    seeds=profile.frontier_seeds, store=store)
+                    seeds=seeds or profile.frontier_seeds, store=store)
 
 
 # ----------------------------------------------------------------------------- reading it

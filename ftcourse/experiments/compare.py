@@ -121,13 +121,7 @@ def paired(a: dict, b: dict, a_name: str = "A", b_name: str = "B", scale: float 
         raise ValueError(f"{a_name} (seeds {sorted(a)}) and {b_name} (seeds {sorted(b)}) share no seed, so there "
                          "is nothing to pair. Fix: train both with the same seeds.")
     differences = tuple(scale * (a[s] - b[s]) for s in seeds)
-    mean = sum(differences) / len(differences)
-    if len(differences) < 2:
-        low = high = mean
-    else:
-        sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (len(differences) - 1))
-        half = t_quantile(confidence, len(differences) - 1) * sd / math.sqrt(len(differences))
-        low, high = mean - half, mean + half
+    _, low, high = mean_interval(differences, 1.0, confidence)  # the paired differences' own interval
     return Comparison(a_name, b_name, differences, seeds, low, high, confidence)
 
 
