@@ -12,6 +12,7 @@ Students never need to import these; the lessons' concepts are in ``ftcourse`` i
 - ``grading``: grading submitted notebooks; its docstring gives the design;
 - ``exercise_bert_base``: the bert-base exercise declared for the grader: parts, records, verdicts;
 - ``sandbox``: the security boundary: a submission's code runs only inside bubblewrap;
+- ``withheld``: the exercise's build of the package, the course's answers left out of the sandbox;
 - ``kernelrun``: inside the sandbox, one notebook executed in a fresh kernel;
 - ``evidence``: inside the sandbox, calls a submission's functions and writes what they made, as data;
 - ``verdicts``: in the grader's own process, every verdict recomputed from that data;

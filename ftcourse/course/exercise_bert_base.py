@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .grading import EVIDENCE, Check, Exercise, Part, Record, student_raised
+from .withheld import ABSENT, CONSTANTS
 
 REGIMES = ("frozen", "finetune", "lora")
 LOOP_REGIMES = ("frozen", "finetune")  # the regimes the student's own loop trains
@@ -112,6 +113,12 @@ EXERCISE = Exercise(
     judge=judge_bert_base,
     prepare=prepare_bert_base,
     reviewed_code=("train_loop",),
+    # The course's own LoRA, model builders and run engines: absent from the sandbox's package (the given
+    # cells import data, derived, experiments' verdicts, models, published, report, heads and training).
+    # regimes keeps its constants (the checks read REGIMES). training.train stays: run_regime uses it.
+    withheld={"ftcourse.lora": ABSENT, "ftcourse.methods": ABSENT, "ftcourse.frontier": ABSENT,
+              "ftcourse.ablations": ABSENT, "ftcourse.experiments.engine": ABSENT, "ftcourse.experiments.store": ABSENT,
+              "ftcourse.experiments.choose": ABSENT, "ftcourse.regimes": CONSTANTS},
     solved_by_import={"1 lora": ("ftcourse.lora", "add_lora", None),
                       "3 loop": ("ftcourse.training", "train", "train_loop"),
                       "4 measure": ("ftcourse.regimes", "run_regime", None)},

@@ -164,6 +164,9 @@ class Exercise:
     prepare: object = None
     #: The functions whose source the review page shows: what the student wrote that no check can judge.
     reviewed_code: tuple = ()
+    #: Module -> ``withheld.ABSENT`` or ``withheld.CONSTANTS``: the course's own answers to the parts, left out
+    #: of the package the sandbox sees (``ftcourse.course.withheld``), so that no spelling of an import reaches them.
+    withheld: dict = field(default_factory=dict)
 
     @property
     def course_path(self) -> Path:
@@ -604,10 +607,15 @@ def kernel_env(env: dict | None = None, sandboxed: bool = True) -> dict:
 
 
 def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, use_sandbox: bool,
-             limits: sandbox.Limits, secret: str = "", evidence: str | None = None) -> dict:
+             limits: sandbox.Limits, secret: str = "", evidence: str | None = None, withheld: dict | None = None) -> dict:
     """Run ``nb`` through ``ftcourse.course.kernelrun`` (sandboxed); its report, or one saying why there is none.
     ``secret``: what the guard stamps on its verdicts (``GUARD_CELL``), handed over by kernelrun in a file.
-    ``evidence``: the grader's folder the kernel writes its records into (``FTCOURSE_EVIDENCE_DIR``)."""
+    ``evidence``: the grader's folder the kernel writes its records into (``FTCOURSE_EVIDENCE_DIR``).
+    ``withheld``: the exercise's ``withheld`` modules: the sandbox sees the package built without them."""
+    from . import layout, withheld as withholding
+
+    build = withholding.cached_build(withheld or {}) if use_sandbox else None
+    overlays = [(build, layout.PACKAGE_DIR)] if build is not None else []
     if evidence is not None:
         from .evidence import ENV
 
@@ -619,7 +627,8 @@ def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, us
                       "output_bytes": limits.output_bytes // 2, "verdict_secret": secret})
     # Slack beyond the notebook's own limit: starting the sandbox and the kernel.
     run = sandbox.run([sys.executable, "-m", "ftcourse.course.kernelrun"], job, timeout=timeout + 120, limits=limits,
-                      env=kernel_env(env, use_sandbox), slot=slot, sandbox=use_sandbox, writable=evidence)
+                      env=kernel_env(env, use_sandbox), slot=slot, sandbox=use_sandbox, writable=evidence,
+                      overlays=overlays)
     if run.overfilled:
         return {"status": "output flood", "cells": [], "stopped_at": None,
                 "message": f"it wrote more than {limits.writable_bytes:,} bytes (or {sandbox.MAX_WRITABLE_FILES:,} "
@@ -731,7 +740,7 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, env: dict
     secret = secrets.token_hex(16)
     evidence = tempfile.mkdtemp(prefix="ftcourse-evidence-")
     try:
-        report = _execute(graded, timeout, env, slot, use_sandbox, limits, secret, evidence)
+        report = _execute(graded, timeout, env, slot, use_sandbox, limits, secret, evidence, exercise.withheld)
         errors = {entry["index"]: entry["error"] for entry in report["cells"]}
         for index, (role, _) in enumerate(roles):
             if role == "submission" and errors.get(index):

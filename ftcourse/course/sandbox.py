@@ -173,11 +173,12 @@ def claimed_uid(slot: int = 0):
 
 
 def command(argv: list[str], limits: Limits, env: dict, slot: int = 0, writable: str | None = None,
-            uid: int | None = None) -> list[str]:
+            uid: int | None = None, overlays=()) -> list[str]:
     """The full command line: bwrap, then (as root) setpriv, then prlimit, then ``argv``.
     ``writable``: a folder of the grader's, the only one the sandbox may write to outside its
     private /tmp, bound at ``WRITABLE``. ``uid``: the one to drop to as root (``claimed_uid``; default
-    ``UID_BASE + slot``)."""
+    ``UID_BASE + slot``). ``overlays``: ``(source, target)`` folders, each bound read-only over a
+    read-only path (the exercise's build of the package over the package, ``withheld``)."""
     uid = UID_BASE + slot if uid is None else uid
     # The private /tmp comes first: bwrap mounts in order, so a course or venv under /tmp (a CI
     # clone, say) is bound on top of it afterwards instead of being hidden by it.
@@ -200,6 +201,8 @@ def command(argv: list[str], limits: Limits, env: dict, slot: int = 0, writable:
                 args += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
         args += ["--ro-bind", str(path), str(path)]
+    for source, target in overlays:  # after the paths they cover: bwrap mounts in order, the last on top
+        args += ["--ro-bind", str(source), str(target)]
     args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
              "--die-with-parent", "--new-session", "--chdir", "/tmp", "--clearenv"]
     for name, value in {"HOME": HOME, "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin", "LANG": "C.UTF-8",
@@ -537,16 +540,17 @@ def _kill(process: subprocess.Popen) -> None:
 
 
 def run(argv: list[str], stdin: str, timeout: float, limits: Limits = Limits(), env: dict | None = None,
-        slot: int = 0, sandbox: bool = True, writable: str | None = None) -> SandboxRun:
+        slot: int = 0, sandbox: bool = True, writable: str | None = None, overlays=()) -> SandboxRun:
     """Run ``argv`` (sandboxed unless ``sandbox=False``), feeding ``stdin``; never raises for what
     the command does. stdout beyond ``limits.output_bytes`` kills it (``flooded``). Where
     ``cgroups()`` finds a way, the whole run is in a cgroup of its own (``SandboxRun.cgroup``).
     ``writable``: a folder of the grader's the run may write to (at ``WRITABLE`` inside the sandbox,
-    at its own path unsandboxed); past ``limits.writable_bytes`` in it the run is killed (``overfilled``)."""
+    at its own path unsandboxed); past ``limits.writable_bytes`` in it the run is killed (``overfilled``).
+    ``overlays``: as ``command``'s (sandboxed only: unsandboxed, the run sees this machine's files)."""
     if sandbox:
         with claimed_uid(slot) as uid:
-            return _run(command(argv, limits, env or {}, slot, writable, uid), stdin, timeout, limits, None, None,
-                        writable)
+            return _run(command(argv, limits, env or {}, slot, writable, uid, overlays), stdin, timeout, limits, None,
+                        None, writable)
     # Unsandboxed (--no-sandbox): at least a throwaway working directory, not the grader's, removed whatever
     # the run left in it.
     folder = tempfile.mkdtemp(prefix="ftcourse-unsandboxed-")
