@@ -28,6 +28,34 @@ def bert_base_records(profile) -> tuple:
     )
 
 
+def grader_split(profile):
+    """SST-2 as the grader splits it: ``(train, dev, held_out)``, untokenised. ``train`` is the exercise's
+    training subset (``exercise_train_size``, seeded as ``data.subsample`` draws it); ``dev`` the dev sentences
+    the sandbox gets (``exercise_eval_size``, at most half of GLUE's dev set); ``held_out`` the rest of the dev
+    set, which only the grader reads: the score a submission cannot have trained on."""
+    from .. import data
+
+    sst2 = data.load_sst2(profile, full=True)
+    shuffled, n = sst2["validation"].shuffle(seed=0), len(sst2["validation"])  # data.subsample's order
+    k = min(profile.exercise_eval_size or n, n // 2)
+    return (data.subsample(sst2["train"], profile.exercise_train_size),
+            shuffled.select(range(k)).flatten_indices(), shuffled.select(range(k, n)).flatten_indices())
+
+
+def sandbox_data(profile, folder: Path) -> None:
+    """What the sandbox's ``FTCOURSE_DATA`` holds: SST-2 with only the grader's ``train`` and ``dev`` rows
+    (``grader_split``), in the order the exercise's loader reads them; never the held-out sentences."""
+    train, dev, _ = grader_split(profile)
+    (Path(folder) / "sst2").mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train", train), ("validation", dev)):
+        lines = ["sentence\tlabel"]
+        for sentence, label in zip(rows["sentence"], rows["label"]):
+            if "\t" in sentence or "\n" in sentence:
+                raise ValueError(f"An SST-2 sentence holds a tab or a newline: {sentence!r}")
+            lines.append(f"{sentence}\t{label}")
+        (Path(folder) / "sst2" / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def prepare_bert_base(profile) -> None:
     """The reference the bert-base verdicts rebuild every model from (``verdicts.prepare``): its dev set
     and pretrained encoder, or ``verdicts.ReferenceUnavailable`` naming what is missing and the fix."""
@@ -78,8 +106,9 @@ def judge_bert_base(folder: Path, profile) -> list:
                      and (seed is None or r.get("seed") == seed)), None)
 
     def rescored(records, regime, seed):
-        return "rescored {accuracy:.4f}; {descent}".format(**verdicts.run(pick(records, regime, seed), regime, seed,
-                                                                            folder, verdicts.reference(profile)))
+        found = verdicts.run(pick(records, regime, seed), regime, seed, folder, verdicts.reference(profile))
+        held = "" if found["held_out"] is None else f", {found['held_out']:.4f} on the grader's held-out sentences"
+        return f"rescored {found['accuracy']:.4f} on dev{held}; {found['descent']}"
 
     lora, regimes, loop, results, stability, summary = (loaded(f"{n}.json") for n in (
         "lora", "regimes", "loop", "results", "stability", "summary"))
@@ -112,6 +141,7 @@ EXERCISE = Exercise(
     records=bert_base_records,
     judge=judge_bert_base,
     prepare=prepare_bert_base,
+    sandbox_data=sandbox_data,
     reviewed_code=("train_loop",),
     # The course's own LoRA, model builders and run engines: absent from the sandbox's package (the given
     # cells import data, derived, experiments' verdicts, models, published, report, heads and training).

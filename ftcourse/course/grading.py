@@ -167,6 +167,9 @@ class Exercise:
     #: Module -> ``withheld.ABSENT`` or ``withheld.CONSTANTS``: the course's own answers to the parts, left out
     #: of the package the sandbox sees (``ftcourse.course.withheld``), so that no spelling of an import reaches them.
     withheld: dict = field(default_factory=dict)
+    #: ``sandbox_data(profile, folder)``: write the only data the sandbox may read (its ``FTCOURSE_DATA``), so
+    #: the grader keeps a held-out scoring set the submission never sees; None: the sandbox reads ours.
+    sandbox_data: object = None
 
     @property
     def course_path(self) -> Path:
@@ -590,6 +593,30 @@ def ready(exercises, env: dict | None = None) -> None:
             raise GradingError(f"{exercise.name}: {error}") from None
 
 
+_data_folders: dict = {}
+_data_lock = threading.Lock()
+
+
+def sandbox_data_folder(exercise: Exercise, profile) -> Path | None:
+    """The folder ``exercise.sandbox_data`` wrote for ``profile``, once per process (removed at exit), or
+    None when the exercise lets the sandbox read the grader's data."""
+    if exercise.sandbox_data is None:
+        return None
+    import atexit
+    import shutil
+
+    with _data_lock:
+        key = (exercise.name, repr(profile))
+        if key not in _data_folders or not _data_folders[key].is_dir():
+            folder = Path(tempfile.mkdtemp(prefix="ftcourse-sandbox-data-"))
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            exercise.sandbox_data(profile, folder)
+            for path in [folder, *folder.rglob("*")]:  # the sandbox's unprivileged uid reads it
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            _data_folders[key] = folder
+        return _data_folders[key]
+
+
 def grading_profile(env: dict | None = None):
     """The profile the submission runs under (``FTCOURSE_PROFILE`` of ``env``, else ours, else offline),
     with the model overrides both environments name: the grader rebuilds the same models."""
@@ -607,15 +634,24 @@ def kernel_env(env: dict | None = None, sandboxed: bool = True) -> dict:
 
 
 def _execute(nb: nbformat.NotebookNode, timeout: float, env: dict, slot: int, use_sandbox: bool,
-             limits: sandbox.Limits, secret: str = "", evidence: str | None = None, withheld: dict | None = None) -> dict:
+             limits: sandbox.Limits, secret: str = "", evidence: str | None = None, withheld: dict | None = None,
+             data: Path | None = None) -> dict:
     """Run ``nb`` through ``ftcourse.course.kernelrun`` (sandboxed); its report, or one saying why there is none.
     ``secret``: what the guard stamps on its verdicts (``GUARD_CELL``), handed over by kernelrun in a file.
     ``evidence``: the grader's folder the kernel writes its records into (``FTCOURSE_EVIDENCE_DIR``).
-    ``withheld``: the exercise's ``withheld`` modules: the sandbox sees the package built without them."""
+    ``withheld``: the exercise's ``withheld`` modules: the sandbox sees the package built without them.
+    ``data``: the exercise's own data folder (``sandbox_data_folder``), the only data the sandbox reads."""
     from . import layout, withheld as withholding
 
     build = withholding.cached_build(withheld or {}) if use_sandbox else None
     overlays = [(build, layout.PACKAGE_DIR)] if build is not None else []
+    if use_sandbox and data is not None:
+        # Bound over our data folder when there is one (the sandbox sees only the exercise's files there),
+        # else at its own path with the setting pointed at it.
+        ours = os.environ.get("FTCOURSE_DATA")
+        target = ours if ours and Path(ours).is_dir() else str(data)
+        overlays.append((data, target))
+        env = {**env, "FTCOURSE_DATA": target}
     if evidence is not None:
         from .evidence import ENV
 
@@ -740,7 +776,8 @@ def _grade(nb, exercise: Exercise, result: Submission, timeout: float, env: dict
     secret = secrets.token_hex(16)
     evidence = tempfile.mkdtemp(prefix="ftcourse-evidence-")
     try:
-        report = _execute(graded, timeout, env, slot, use_sandbox, limits, secret, evidence, exercise.withheld)
+        report = _execute(graded, timeout, env, slot, use_sandbox, limits, secret, evidence, exercise.withheld,
+                          sandbox_data_folder(exercise, profile) if use_sandbox else None)
         errors = {entry["index"]: entry["error"] for entry in report["cells"]}
         for index, (role, _) in enumerate(roles):
             if role == "submission" and errors.get(index):

@@ -222,6 +222,7 @@ class Reference:
     pretrained: dict  # canonical name -> digest, the pretrained encoder's parameters
     num_labels: int
     train_batch: dict | None = None  # the grader's own training examples, collated: the descent check's loss
+    held_out: object = None  # dev sentences the sandbox never holds: the score a submission cannot train on
 
     def model(self, regime: str, lora: dict | None = None):
         from .. import models
@@ -252,19 +253,21 @@ def reference(profile) -> Reference:
     with _lock:
         if profile.name in _references and _references[profile.name].profile == profile:
             return _references[profile.name]
-        sst2 = data.load_sst2(profile.with_(train_sizes={"sst2": profile.exercise_train_size},
-                                            eval_sizes={"sst2": profile.exercise_eval_size}))
-        num_labels = sst2["train"].features["label"].num_classes
+        from .exercise_bert_base import grader_split
+
+        splits = grader_split(profile)  # what the sandbox holds (train, dev), and what it never sees (held_out)
+        num_labels = splits[0].features["label"].num_classes
         tokenizer = models.load_tokenizer(profile=profile)
-        dev, train = (sst2[split].map(lambda b: tokenizer(b["sentence"], truncation=True, max_length=profile.max_length),
-                                      batched=True, remove_columns=["sentence"]).rename_column("label", "labels")
-                      for split in ("validation", "train"))
+        train, dev, held_out = (split.map(lambda b: tokenizer(b["sentence"], truncation=True,
+                                                              max_length=profile.max_length),
+                                          batched=True, remove_columns=["sentence"]).rename_column("label", "labels")
+                                for split in splits)
         encoder = models.load_encoder(profile, add_pooling_layer=False)
         pretrained = {canonical("encoder." + n): d for n, d in digests(encoder).items()}
         from ..training import collate
 
         batch = collate(train.select(range(min(DESCENT_EXAMPLES, len(train)))).to_list(), tokenizer.pad_token_id or 0)
-        found = Reference(profile, tokenizer, dev, pretrained, num_labels, batch)
+        found = Reference(profile, tokenizer, dev, pretrained, num_labels, batch, held_out)
         _references[profile.name] = found
         return found
 
@@ -548,12 +551,37 @@ def _check_descent(found: dict, what: str) -> None:
             f"{found['agreement']:.3f}). Was it trained, and on the exercise's training set?")
 
 
-def rescore(model, ref: Reference) -> float:
-    """The model's accuracy on the grader's dev set, with the course's ``predict``."""
+def rescore(model, ref: Reference, split=None) -> float:
+    """The model's accuracy on the grader's dev set (or ``split``), with the course's ``predict``."""
     from ..training import accuracy, predict
 
-    logits, labels = predict(model, ref.dev_set, pad_token_id=ref.tokenizer.pad_token_id or 0)
+    logits, labels = predict(model, ref.dev_set if split is None else split, pad_token_id=ref.tokenizer.pad_token_id or 0)
     return accuracy(logits, labels)["accuracy"]
+
+
+#: How far (in standard errors of the difference, beyond HELD_OUT_MARGIN) a run's dev accuracy may sit above
+#: its accuracy on the grader's held-out sentences before the run goes to the instructor: the two are drawn
+#: from one dev set, so an honest run's gap is sampling noise; a run that trained on the dev set scores it
+#: far above sentences it never saw.
+HELD_OUT_MIN_Z = 4.0
+HELD_OUT_MARGIN = 0.02
+
+
+def held_out_gap(dev: float, held: float, n_dev: int, n_held: int) -> float:
+    """``dev - held`` in standard errors of a difference of two accuracies (pooled), after ``HELD_OUT_MARGIN``."""
+    pooled = (dev * n_dev + held * n_held) / (n_dev + n_held)
+    se = math.sqrt(max(pooled * (1 - pooled), 1e-4) * (1 / n_dev + 1 / n_held))
+    return (dev - held - HELD_OUT_MARGIN) / se
+
+
+def _check_held_out(rescored: float, held: float, ref: Reference, what: str) -> None:
+    z = held_out_gap(rescored, held, len(ref.dev_set), len(ref.held_out))
+    if z > HELD_OUT_MIN_Z:
+        raise TwoViewsDisagree(
+            f"{what} scores {rescored:.4f} on the dev set the notebook holds but {held:.4f} on {len(ref.held_out):,} "
+            f"held-out dev sentences the sandbox never had, {z:.1f} standard errors apart beyond "
+            f"{HELD_OUT_MARGIN:g} (an honest run's gap is sampling noise, under {HELD_OUT_MIN_Z:g}): trained on the "
+            "dev set? For the instructor to judge.")
 
 
 def _number(value) -> bool:
@@ -588,7 +616,11 @@ def run(record, regime: str, seed: int, folder: Path, ref: Reference) -> dict:
                               f"has {count:,}")
     _positive(result["seconds_per_epoch"], what, "seconds_per_epoch")
     _positive(result["peak_mib"], what, "peak_mib", -1e-9)
-    return {"regime": regime, "seed": seed, "accuracy": rescored, "trainable": count, "descent": descent_text(model)}
+    held = rescore(model, ref, ref.held_out) if ref.held_out is not None and len(ref.held_out) else None
+    if held is not None:
+        _check_held_out(rescored, held, ref, what)
+    return {"regime": regime, "seed": seed, "accuracy": rescored, "held_out": held, "trainable": count,
+            "descent": descent_text(model)}
 
 
 def loop(record, regime: str, folder: Path, ref: Reference) -> str:

@@ -1,0 +1,39 @@
+"""The grader's own data: the sandbox gets only the exercise's training and dev rows, and the grader
+keeps the rest of the dev set, scored where a submission cannot have trained on it."""
+
+import pytest
+
+from ftcourse import config, data
+from ftcourse.course import exercise_bert_base, verdicts
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return config.get_profile("grading")
+
+
+def test_the_sandbox_holds_the_exercise_rows_and_the_grader_keeps_the_rest(profile, tmp_path, monkeypatch):
+    train, dev, held = exercise_bert_base.grader_split(profile)
+    full = data.load_sst2(profile, full=True)
+    assert len(train) == profile.exercise_train_size and len(dev) == profile.exercise_eval_size
+    assert len(dev) + len(held) == len(full["validation"])
+    assert not set(dev["sentence"]) & set(held["sentence"])  # no held-out sentence is in the sandbox's dev set
+    exercise_bert_base.sandbox_data(profile, tmp_path)
+    monkeypatch.setenv("FTCOURSE_DATA", str(tmp_path))
+    seen = data.load_sst2(profile.with_(train_sizes={"sst2": profile.exercise_train_size},
+                                        eval_sizes={"sst2": profile.exercise_eval_size}))
+    # the exercise's own loader, reading the sandbox's folder, gets exactly the grader's rows, in its order
+    assert seen["train"]["sentence"] == train["sentence"] and seen["validation"]["sentence"] == dev["sentence"]
+    assert not set(seen["validation"]["sentence"]) & set(held["sentence"])
+
+
+def test_half_the_dev_set_at_most_goes_to_the_sandbox(profile):
+    _, dev, held = exercise_bert_base.grader_split(profile.with_(exercise_eval_size=None))
+    assert len(dev) == len(held) or len(dev) == len(held) - 1
+
+
+def test_a_run_that_scores_its_dev_set_far_above_the_held_out_sentences_is_sent_for_review():
+    assert verdicts.held_out_gap(0.80, 0.79, 256, 616) < verdicts.HELD_OUT_MIN_Z  # sampling noise: passes
+    assert verdicts.held_out_gap(0.70, 0.75, 256, 616) < 0  # held out above dev: nothing to flag
+    assert verdicts.held_out_gap(1.00, 0.60, 256, 616) > verdicts.HELD_OUT_MIN_Z  # memorised dev: flagged
+    assert verdicts.held_out_gap(1.00, 0.55, 32, 840) > verdicts.HELD_OUT_MIN_Z  # at smoke's 32 dev sentences too
