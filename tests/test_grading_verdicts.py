@@ -175,6 +175,12 @@ def add_lora(encoder):
                       "    config = TrainConfig(lr=lr, epochs=epochs, batch_size=profile.batch_size, seed=seed, progress=False)\n"
                       "    return train(model, data, config, pad_token_id=tokenizer.pad_token_id).seconds_per_epoch"},
 }
+# The course's own answers, reached by spellings no static scan sees: absent from the sandbox's package.
+CASES["course_helpers_by_exec_and_importlib"] = {
+    "add_lora": f"import base64\nexec(base64.b64decode('ZnJvbSBmdGNvdXJzZS5sb3JhIGltcG9ydCBhZGRfbG9yYQ=='))",
+    "build_model": "solution", "train_loop": "solution", "summarize": "solution",
+    "run_regime": "import importlib\nrun_regime = getattr(importlib.import_module('ftcourse.' + 'regi' + 'mes'), "
+                  "'run_' + 'regime')"}
 #: The parts a case really does (with the solution's code); every other part must not pass.
 HONEST = {case: {"1 lora", "2 regimes", "3 loop", "5 seeds"}
           for case in ("untrained_model", "scored_on_the_training_set", "frozen_encoder_moved")}
@@ -190,6 +196,10 @@ HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
 #: The parts the import case must send for review: the course's add_lora, the course's train inside train_loop.
 IMPORTED = {"course_helpers_imported": {"1 lora", "3 loop"}}
 HONEST["course_helpers_imported"] = {"2 regimes", "4 measure", "5 seeds"}
+# build_model calls add_lora: with no add_lora, only the seed study's summarize is the solution's own.
+HONEST["course_helpers_by_exec_and_importlib"] = {"5 seeds"}
+#: Cases whose answers the sandbox's package withholds: the error names the exercise's build.
+WITHHELD = ("course_helpers_imported", "course_helpers_by_exec_and_importlib")
 #: What the verdict of part 4 says, for the cases of class 4 that get that far.
 PART_4_SAYS = {
     "typed_in_results": "did not build its model with build_model",
@@ -258,6 +268,14 @@ def test_the_course_helper_under_the_exercise_name_is_sent_for_review(graded, ca
     assert {p for p, m in result.marks().items() if m == "REVIEW"} == IMPORTED[case], grading.details(result)
     assert result.status == grading.REVIEW
     assert any("the course's own helper" in c.message for c in result.checks if c.review), grading.details(result)
+
+
+@pytest.mark.parametrize("case", WITHHELD)
+def test_the_course_answers_are_not_in_the_sandbox_whatever_the_spelling(graded, case):
+    result = graded[case]
+    assert result.marks()["1 lora"] in ("FAIL", "REVIEW"), grading.details(result)
+    said = " ".join(e.evalue for e in result.cell_errors) + " ".join(c.message for c in result.checks)
+    assert "not in the exercise's build of ftcourse" in said, grading.details(result)
 
 
 def test_a_guard_the_submission_blinded_changes_nothing(graded):

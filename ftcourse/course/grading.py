@@ -16,18 +16,30 @@ the whole sandbox's memory and processes, on CPU time and on output):
    executes submission code: it reads that folder as hostile data, rebuilds every model from the
    course's code, loads the recorded weights into them and recomputes each figure it judges (the
    exercise's ``Exercise.judge``: for the bert-base exercise, the LoRA count, which parameters train,
-   that training happened and nothing frozen moved, the accuracy re-scored on its own dev set). A check passes
-   only on such a positive, recomputed result; a missing or malformed record is a failure.
+   that training happened and nothing frozen moved, the accuracy re-scored on its own dev set and on
+   held-out sentences the sandbox never had). A check passes only on such a positive, recomputed result;
+   a missing or malformed record is a failure.
 
 **The threat model.** A submission runs arbitrary code in its kernel, and the recording cells run in that
 kernel too: anything written there can be forged. A part should PASS only on evidence this process verifies
 by recomputation, where forging it costs at least as much as the work; a claim it cannot verify goes to the
-instructor as REVIEW, never as PASS. Known gaps, stated for instructors in ``book/instructors.md`` (issue 38):
-"trained" is verified as a descent step from the weights (``verdicts.descent``), but the re-scoring set is the
-dev split the sandbox mounts,
-"frozen" is read through two views of the model (its ``named_parameters``, and a walk of its modules' own
-dictionaries: ``evidence.raw_digests``) whose disagreement goes to REVIEW, and a helper reached other than by a
-plain import is not seen.
+instructor as REVIEW, never as PASS. Concretely:
+
+- "trained" is verified as a descent step from the weights, on the grader's own training examples
+  (``verdicts.descent``): noise, or digests made to look changed, fail it;
+- "frozen" is read through two views of the model (its ``named_parameters``, and a walk of its modules' own
+  dictionaries: ``evidence.raw_digests``) whose disagreement goes to REVIEW;
+- the data are the grader's (``Exercise.sandbox_data``): the sandbox reads only the exercise's training rows and
+  part of the dev set, and the grader scores every run on the rest as well; a dev score far above that
+  held-out one (``verdicts.HELD_OUT_MIN_Z``) goes to REVIEW;
+- the course's own answers are not in the sandbox: it sees an exercise build of the package without them
+  (``Exercise.withheld``, ``ftcourse.course.withheld``), so no spelling of an import reaches them. The static
+  scan for the course's helpers (``Exercise.solved_by_import``) stays as a hint for what must stay given
+  (``training.train``, which ``run_regime`` uses, inside a student's ``train_loop``).
+
+Known gaps, stated for instructors in ``book/instructors.md``: a run trained honestly on a rebound, tiny subset
+of the training set is a descent step and scores what it scores; the grade shows its figures, not a judgement
+of how much data it used. With ``--no-sandbox`` (trusted runs only) nothing is withheld.
 
 Which guarantee comes from where:
 
@@ -40,8 +52,9 @@ Which guarantee comes from where:
 - *from the checks*: what the data cannot prove is only checked for sense (seconds per epoch, peak
   memory); the guard (``ftcourse.course.guard``), installed before the recording cells, is a second
   line: a student function that patches the grader's modules when called sends its part to REVIEW.
-- A submission that imports the course's own helper for a part gets that part sent for review
-  (``Exercise.solved_by_import``).
+- *from the exercise build*: the implementations a part asks for are not in the sandbox's package; a
+  submission that imports a given helper to solve a part (``Exercise.solved_by_import``) gets that part sent
+  for review.
 
 The engine knows no exercise by name: each is declared, as data and its own verdict function, in a
 module ``ftcourse/course/exercise_<name>.py`` (``known_exercises``); a new exercise needs no change here.
