@@ -12,8 +12,7 @@ Four classes of mechanism, each with cases written independently of one another:
 4. typed-in or wrong figures: results without a trained model, an untrained model, a model scored on
    the training set, a frozen encoder that moved, a result with a key missing, noise added to every
    trainable weight instead of training (the descent check), an encoder never frozen whose model shows
-   the recorder a frozen copy (two views of the model disagree: REVIEW), a run trained on the dev set it
-   reports (the grader's held-out dev sentences, never in the sandbox, show the gap: REVIEW), and digests
+   the recorder a frozen copy (two views of the model disagree: REVIEW), and digests
    made to look changed by a patched hashlib (no weight moved).
 """
 
@@ -145,16 +144,6 @@ def add_lora(encoder):
                       "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
                       "            'seconds_per_epoch': history.seconds_per_epoch,\n"
                       "            'trainable': count_parameters(scored)['trainable'], 'peak_mib': 1.0}"},
-    "trained_on_the_dev_set": {  # the split it reports: held out from it, the grader's sentences show the gap
-        "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
-        "run_regime": "def run_regime(regime, seed=0, **changes):\n    model = build_model(regime, seed)\n"
-                      "    with peak_memory() as peak:\n"
-                      "        history = train(model, dev_set, train_config(regime, seed, **{**changes, 'epochs': 40}),\n"
-                      "                        pad_token_id=tokenizer.pad_token_id)\n"
-                      "    logits, labels = predict(model, dev_set, pad_token_id=tokenizer.pad_token_id)\n"
-                      "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
-                      "            'seconds_per_epoch': history.seconds_per_epoch,\n"
-                      "            'trainable': count_parameters(model)['trainable'], 'peak_mib': peak['bytes'] / 2**20}"},
     "digests_patched_to_look_changed": {  # no training: hashlib patched so every digest the recorder takes differs
         "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
         "run_regime": "def run_regime(regime, seed=0, **changes):\n    import hashlib, os\n"
@@ -187,17 +176,17 @@ HONEST = {case: {"1 lora", "2 regimes", "3 loop", "5 seeds"}
 # At smoke the seed study has one seed: part 5 is summarize alone, which these cases take from the solution.
 HONEST["noise_instead_of_training"] = {"1 lora", "2 regimes", "5 seeds"}  # its loop and every run are noise
 HONEST["never_frozen_but_shown_frozen"] = {"1 lora", "2 regimes", "3 loop", "5 seeds"}
-HONEST["trained_on_the_dev_set"] = {"1 lora", "2 regimes", "3 loop", "5 seeds"}
 # The patched digests reach every model the recorder digests after the notebook's first run_regime: the regimes
-# and the loop are recorded after it, so their evidence is garbled too (FAIL or REVIEW, never PASS).
-HONEST["digests_patched_to_look_changed"] = {"1 lora", "5 seeds"}
+# and the loop are recorded after it: the loop's evidence is garbled too (FAIL or REVIEW, never PASS).
+HONEST["digests_patched_to_look_changed"] = {"1 lora", "2 regimes", "5 seeds"}  # read from listings, not digests
 # Its runs return no peak_mib, so the notebook's own seed-study cell fails too (part 4 with it).
 HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
 #: The parts the import case must send for review: the course's add_lora, the course's train inside train_loop.
-IMPORTED = {"course_helpers_imported": {"1 lora", "3 loop"}}
-HONEST["course_helpers_imported"] = {"2 regimes", "4 measure", "5 seeds"}
-# build_model calls add_lora: with no add_lora, only the seed study's summarize is the solution's own.
-HONEST["course_helpers_by_exec_and_importlib"] = {"5 seeds"}
+# The course's add_lora is withheld from the sandbox (its import fails, part 1 and everything built on it
+# fail); the course's train inside train_loop is given, so that part goes to review.
+IMPORTED = {"course_helpers_imported": {"3 loop"}}
+HONEST["course_helpers_imported"] = set()  # build_model needs add_lora; the seed cell needs the results
+HONEST["course_helpers_by_exec_and_importlib"] = set()
 #: Cases whose answers the sandbox's package withholds: the error names the exercise's build.
 WITHHELD = ("course_helpers_imported", "course_helpers_by_exec_and_importlib")
 #: What the verdict of part 4 says, for the cases of class 4 that get that far.
@@ -208,7 +197,6 @@ PART_4_SAYS = {
     "frozen_encoder_moved": "freezes moved during training",
     "a_result_key_missing": "returned no 'peak_mib'",
     "noise_instead_of_training": "did not move down the training loss",
-    "trained_on_the_dev_set": "held-out dev sentences the sandbox never had",
 }
 
 
