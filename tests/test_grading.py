@@ -286,7 +286,8 @@ def test_the_evidence_folder_is_removed_whatever_was_left_in_it_and_a_huge_recor
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.setattr(verdicts, "MAX_JSON_VALUES", 50)
 
-    def leaves_a_mess(nb, timeout, env, slot, use_sandbox, limits, secret="", evidence=None):
+    def leaves_a_mess(nb, timeout, env, slot, use_sandbox, limits, secret="", evidence=None, withheld=None,
+                      data=None):
         (scratch / "seen").write_text(evidence)
         for name, record in (("x", {"value": 1}), ("z", {"value": None})):
             with open(os.path.join(evidence, f"{name}.json"), "w") as handle:

@@ -186,7 +186,7 @@ HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
 # fail); the course's train inside train_loop is given, so that part goes to review.
 IMPORTED = {"course_helpers_imported": {"3 loop"}}
 HONEST["course_helpers_imported"] = set()  # build_model needs add_lora; the seed cell needs the results
-HONEST["course_helpers_by_exec_and_importlib"] = set()
+HONEST["course_helpers_by_exec_and_importlib"] = {"3 loop"}  # its train_loop is the solution's
 #: Cases whose answers the sandbox's package withholds: the error names the exercise's build.
 WITHHELD = ("course_helpers_imported", "course_helpers_by_exec_and_importlib")
 #: What the verdict of part 4 says, for the cases of class 4 that get that far.

@@ -13,7 +13,7 @@ def profile():
 
 
 def test_the_sandbox_holds_the_exercise_rows_and_the_grader_keeps_the_rest(profile, tmp_path, monkeypatch):
-    train, dev, held = exercise_bert_base.grader_split(profile)
+    train, dev, held = verdicts.grader_split(profile)
     full = data.load_sst2(profile, full=True)
     assert len(train) == profile.exercise_train_size and len(dev) == profile.exercise_eval_size
     assert len(dev) + len(held) == len(full["validation"])
@@ -28,7 +28,7 @@ def test_the_sandbox_holds_the_exercise_rows_and_the_grader_keeps_the_rest(profi
 
 
 def test_half_the_dev_set_at_most_goes_to_the_sandbox(profile):
-    _, dev, held = exercise_bert_base.grader_split(profile.with_(exercise_eval_size=None))
+    _, dev, held = verdicts.grader_split(profile.with_(exercise_eval_size=None))
     assert len(dev) == len(held) or len(dev) == len(held) - 1
 
 

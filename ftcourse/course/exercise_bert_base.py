@@ -28,23 +28,11 @@ def bert_base_records(profile) -> tuple:
     )
 
 
-def grader_split(profile):
-    """SST-2 as the grader splits it: ``(train, dev, held_out)``, untokenised. ``train`` is the exercise's
-    training subset (``exercise_train_size``, seeded as ``data.subsample`` draws it); ``dev`` the dev sentences
-    the sandbox gets (``exercise_eval_size``, at most half of GLUE's dev set); ``held_out`` the rest of the dev
-    set, which only the grader reads: the score a submission cannot have trained on."""
-    from .. import data
-
-    sst2 = data.load_sst2(profile, full=True)
-    shuffled, n = sst2["validation"].shuffle(seed=0), len(sst2["validation"])  # data.subsample's order
-    k = min(profile.exercise_eval_size or n, n // 2)
-    return (data.subsample(sst2["train"], profile.exercise_train_size),
-            shuffled.select(range(k)).flatten_indices(), shuffled.select(range(k, n)).flatten_indices())
-
-
 def sandbox_data(profile, folder: Path) -> None:
     """What the sandbox's ``FTCOURSE_DATA`` holds: SST-2 with only the grader's ``train`` and ``dev`` rows
     (``grader_split``), in the order the exercise's loader reads them; never the held-out sentences."""
+    from .verdicts import grader_split
+
     train, dev, _ = grader_split(profile)
     (Path(folder) / "sst2").mkdir(parents=True, exist_ok=True)
     for name, rows in (("train", train), ("validation", dev)):

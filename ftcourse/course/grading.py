@@ -35,7 +35,7 @@ instructor as REVIEW, never as PASS. Concretely:
 - the course's own answers are not in the sandbox: it sees an exercise build of the package without them
   (``Exercise.withheld``, ``ftcourse.course.withheld``), so no spelling of an import reaches them. The static
   scan for the course's helpers (``Exercise.solved_by_import``) stays as a hint for what must stay given
-  (``training.train``, which ``run_regime`` uses, inside a student's ``train_loop``).
+  (a given helper, used where a part asks for the student's own code).
 
 Known gaps, stated for instructors in ``book/instructors.md``: a run trained honestly on a rebound, tiny subset
 of the training set is a descent step and scores what it scores; the grade shows its figures, not a judgement

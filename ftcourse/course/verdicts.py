@@ -243,6 +243,20 @@ _lock = threading.Lock()
 _descent_lock = threading.Lock()
 
 
+def grader_split(profile):
+    """SST-2 as the grader splits it: ``(train, dev, held_out)``, untokenised. ``train`` is the exercise's
+    training subset (``exercise_train_size``, seeded as ``data.subsample`` draws it); ``dev`` the dev sentences
+    the sandbox gets (``exercise_eval_size``, at most half of GLUE's dev set); ``held_out`` the rest of the dev
+    set, which only the grader reads: the score a submission cannot have trained on."""
+    from .. import data
+
+    sst2 = data.load_sst2(profile, full=True)
+    shuffled, n = sst2["validation"].shuffle(seed=0), len(sst2["validation"])  # data.subsample's order
+    k = min(profile.exercise_eval_size or n, n // 2)
+    return (data.subsample(sst2["train"], profile.exercise_train_size),
+            shuffled.select(range(k)).flatten_indices(), shuffled.select(range(k, n)).flatten_indices())
+
+
 def reference(profile) -> Reference:
     """The grader's ``Reference`` for ``profile`` (built once per profile and process)."""
     from .. import data, models
@@ -253,8 +267,6 @@ def reference(profile) -> Reference:
     with _lock:
         if profile.name in _references and _references[profile.name].profile == profile:
             return _references[profile.name]
-        from .exercise_bert_base import grader_split
-
         splits = grader_split(profile)  # what the sandbox holds (train, dev), and what it never sees (held_out)
         num_labels = splits[0].features["label"].num_classes
         tokenizer = models.load_tokenizer(profile=profile)
