@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 
 from . import layout
+from .. import provenance
 
 ABSENT = "absent"
 CONSTANTS = "constants"
@@ -40,15 +41,6 @@ _ABSENT_SOURCE = ('"""Withheld from the exercise\'s sandbox (ftcourse.course.wit
                   'with the libraries the given cells import.")\n')
 _HEADER = ("# The exercise build of ftcourse (ftcourse.course.withheld): this module keeps only its constants;\n"
            "# its functions are withheld from the sandbox, where a submission runs.\n")
-
-
-def module_path(package: Path, name: str) -> Path:
-    """Where module ``name`` (``ftcourse.x.y``) lives in a package folder: ``x/y.py``, or
-    ``x/y/__init__.py`` for a package."""
-    parts = name.split(".")[1:]
-    if not parts or package.joinpath(*parts).is_dir():
-        return package.joinpath(*parts, "__init__.py")
-    return package.joinpath(*parts[:-1], parts[-1] + ".py")
 
 
 def constants_only(source: str) -> str:
@@ -69,22 +61,11 @@ def constants_only(source: str) -> str:
     return _HEADER + ast.unparse(ast.Module(body=kept, type_ignores=[])) + "\n"
 
 
-def top_level_imports(name: str, source: str, known: set, is_package: bool = False) -> set:
-    """The package modules ``name`` imports when it is imported (its top level, not its functions);
-    ``is_package``: ``name`` is a package's ``__init__``."""
-    package = name if is_package else name.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            found |= ({f"{target}.{alias.name}" for alias in node.names} & known) or ({target} & known)
-        elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names} & known
-    return found
+def top_level_imports(name: str, tree: ast.Module, is_package: bool) -> set:
+    """The package modules ``name`` imports when it is imported: its top-level imports only (not its
+    functions', nor a ``TYPE_CHECKING`` block's), resolved as the notebook stamps resolve them."""
+    return provenance.imported(ast.Module(body=[n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))],
+                                          type_ignores=[]), name, is_package)
 
 
 def plan(withheld: dict, package: Path = layout.PACKAGE_DIR) -> dict:
@@ -93,26 +74,24 @@ def plan(withheld: dict, package: Path = layout.PACKAGE_DIR) -> dict:
     for name, how in withheld.items():
         if how not in (ABSENT, CONSTANTS):
             raise ValueError(f"{name}: withheld as {how!r}; expected {ABSENT!r} or {CONSTANTS!r}.")
-        if not module_path(package, name).is_file():
+        if provenance.module_file(name, package.parent) is None:
             raise ValueError(f"{name} is withheld, but the package has no such module. Fix: name a module of "
                              f"{package.name} (for example ftcourse.lora).")
     sources, packages = {}, set()
     for path in package.rglob("*.py"):
         parts = path.relative_to(package.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        sources[name] = path.read_text(encoding="utf-8")
+        sources[name] = ast.parse(path.read_text(encoding="utf-8"))
         if parts[-1] == "__init__":
             packages.add(name)
-    known = set(sources)
     result = dict(withheld)
     grew = True
     while grew:
         grew = False
-        for name, source in sources.items():
+        for name, tree in sources.items():
             if name in result:
                 continue
-            if top_level_imports(name, source, known, name in packages) & {n for n, how in result.items()
-                                                                          if how == ABSENT}:
+            if top_level_imports(name, tree, name in packages) & {n for n, how in result.items() if how == ABSENT}:
                 result[name] = ABSENT
                 grew = True
     return result
@@ -123,7 +102,7 @@ def build(withheld: dict, into: Path, package: Path = layout.PACKAGE_DIR) -> Pat
     target = Path(into) / package.name
     shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name, how in plan(withheld, package).items():
-        path = module_path(target, name)
+        path = provenance.module_file(name, target.parent)
         if how == ABSENT:
             path.write_text(_ABSENT_SOURCE.format(name=name), encoding="utf-8")
         else:
