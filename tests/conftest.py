@@ -95,3 +95,21 @@ def bwrap():
     if sandbox.bwrap() is None:
         message = "bubblewrap (bwrap) is not installed: run `make system-packages`"
         pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
+
+
+# transformers' from_pretrained swaps PreTrainedModel.tie_weights for a no-op while it builds a model and
+# puts it back after. Two loads racing in threads can leave the no-op in place, and then every later model
+# on that worker loads untied (an MLM head's decoder bias stays on the meta device), far from the cause.
+from transformers.modeling_utils import PreTrainedModel as _PreTrainedModel  # noqa: E402
+
+_TIE_WEIGHTS = _PreTrainedModel.tie_weights
+
+
+@pytest.fixture(autouse=True)
+def _weight_tying_restored():
+    """Fail the test that leaves weight tying switched off, and switch it back for the tests after it."""
+    yield
+    if _PreTrainedModel.tie_weights is not _TIE_WEIGHTS:
+        _PreTrainedModel.tie_weights = _TIE_WEIGHTS
+        pytest.fail("this test left transformers' PreTrainedModel.tie_weights replaced (from_pretrained's "
+                    "no-op): two model loads ran at once in threads; load one at a time", pytrace=False)
