@@ -26,6 +26,7 @@ so each role gets the best encoder for its lesson that installs without the hub:
 from __future__ import annotations
 
 import hashlib
+import threading
 import warnings
 from pathlib import Path
 
@@ -104,10 +105,18 @@ def is_local(source: str) -> bool:
     return Path(source).expanduser().is_dir()
 
 
+# transformers' from_pretrained swaps class attributes while it loads (PreTrainedModel.tie_weights becomes a
+# no-op, then is restored); two loads in threads at once can restore each other's no-op and leave weight
+# tying off for the whole process. Every load goes through _load, so one at a time (re-entrant: a loader
+# may load another model inside).
+_loading = threading.RLock()
+
+
 def _load(loader, source: str, role: str, profile, **kwargs):
     local = is_local(source)
     try:
-        return loader(source, local_files_only=local, **kwargs)
+        with _loading:
+            return loader(source, local_files_only=local, **kwargs)
     except (OSError, ValueError) as error:  # ValueError: a folder without a usable config
         if isinstance(error, ValueError) and not local:
             raise
@@ -171,7 +180,8 @@ def loadable_source(source: str) -> str:
     folder = config.cache_dir() / "models" / source.strip("/").replace("/", "--")
     if not (folder / "config.json").is_file():
         local = is_local(source)
-        model = BertModel.from_pretrained(source, config=legacy, local_files_only=local)
+        with _loading:
+            model = BertModel.from_pretrained(source, config=legacy, local_files_only=local)
         tokenizer = BertTokenizer.from_pretrained(source, model_max_length=legacy.max_position_embeddings,
                                                   local_files_only=local)
         with config.publishing(folder) as private:  # a crash leaves no half copy behind

@@ -141,20 +141,47 @@ def zero_shot_x100(encoder: nn.Module, tokenizer, pairs: datasets.Dataset) -> fl
     return next(iter(scores.values()))
 
 
-def both_heads(role: str, encoder: nn.Module, tokenizer, train, held_out, test, profile, recipe, lrs) -> dict:
-    """A cross-encoder (its lr chosen on ``held_out`` at ``recipe``'s epochs) and a siamese
-    bi-encoder (``recipe``), both from the ``role`` model ``encoder`` on the untokenised STS-B
-    rows ``train``, scored on ``test``: ``{"cross", "bi", "choice"}``."""
+def both_heads(role: str, encoder: nn.Module, tokenizer, train, held_out, scored: dict, profile, recipe, lrs) -> dict:
+    """Both heads from the ``role`` model ``encoder``, on the same untokenised STS-B rows ``train`` and
+    budget (``recipe``'s epochs and batch): a cross-encoder, its lr chosen on ``held_out`` (carved from
+    the training pairs, never a reported split), and a siamese bi-encoder (``recipe``). Each is scored
+    on every split of ``scored`` (``{name: rows}``), beside the untrained encoder's mean-pooled cosine
+    there, the floor a supervised run on that encoder must clear. Returns ``{"cross", "bi",
+    "zero_shot"}`` (each ``{split: Spearman x100}``), ``"choice"``, and the two models
+    (``"cross_model"``, ``"bi_model"``)."""
     from . import models
 
     pad = tokenizer.pad_token_id
-    train_pairs, held_pairs, test_pairs = (tokenize_pairs(part, tokenizer, profile.max_length)
-                                           for part in (train, held_out, test))
+    train_pairs, held_pairs = (tokenize_pairs(part, tokenizer, profile.max_length) for part in (train, held_out))
     choice = choose_cross_encoder(encoder, train_pairs, held_pairs, lrs, profile, (recipe.epochs,), pad)
     cross = choice.model  # trained on train_pairs at the chosen lr and recipe's epochs: the run itself
     bi, _ = similarity.cached_siamese(models.model_source(role, profile), train, recipe)
-    return {"cross": spearman_x100(cross, test_pairs, pad), "choice": choice,
-            "bi": similarity.evaluate_sentence_model(bi, test["sentence1"], test["sentence2"], test["score"])}
+    return {"choice": choice, "cross_model": cross, "bi_model": bi,
+            "cross": {split: spearman_x100(cross, tokenize_pairs(rows, tokenizer, profile.max_length), pad)
+                      for split, rows in scored.items()},
+            "bi": {split: similarity.evaluate_sentence_model(bi, rows["sentence1"], rows["sentence2"], rows["score"])
+                   for split, rows in scored.items()},
+            "zero_shot": {split: zero_shot_x100(encoder, tokenizer, rows) for split, rows in scored.items()}}
+
+
+#: How each starting encoder is named in the pair lesson's table and verdicts.
+ENCODER_NAMES = {"raw_encoder": "the raw encoder (MLM only)", "encoder": "the adapted encoder (trained as a bi-encoder)"}
+
+
+def comparison_table(by_encoder: dict, train_pairs: int, epochs: int, published: dict | None = None,
+                     split: str = "test") -> Table:
+    """Cross- against bi-encoder on STS-B ``split`` from each starting encoder (``both_heads``'
+    results by role), the same budget for all four runs, each encoder's untrained mean cosine beside
+    them (its floor), then the paper's Table 2 row."""
+    rows = [[f"from {ENCODER_NAMES.get(role, role)}", train_pairs, epochs, result["cross"][split], result["bi"][split],
+             result["bi"][split] - result["cross"][split], result["zero_shot"][split]]
+            for role, result in by_encoder.items()]
+    if published:
+        rows.append(["paper, Table 2 (bert-base, all pairs, 10 seeds)", None, None, published["cross_encoder"],
+                     published["bi_encoder"], published["bi_encoder"] - published["cross_encoder"], None])
+    return Table([f"STS-B {split}, Spearman x100", "training pairs", "epochs", "cross-encoder", "bi-encoder",
+                  "bi - cross", "untrained, mean cosine"], rows,
+                 formats={c: "{:.2f}" for c in ("cross-encoder", "bi-encoder", "bi - cross", "untrained, mean cosine")})
 
 
 def predicted_scores(model, pairs: datasets.Dataset, pad_token_id: int = 0) -> torch.Tensor:
@@ -260,12 +287,13 @@ def verdicts(cross: float, bi: float, cost: dict, extrapolated: dict, published:
     return lines
 
 
-def zero_shot_verdict(cross: float, zero_shot: float, split: str = "test") -> str:
+def zero_shot_verdict(cross: float, zero_shot: float, split: str = "test", encoder: str | None = None) -> str:
     """Whether the trained cross-encoder beats the untrained encoder's mean-pooled cosine on the
     same split: a supervised run below its own encoder's zero-shot score has learned less from
     the labels than it had before them, and the notebook must say why."""
     beats = cross > zero_shot
-    return (f"the cross-encoder ({cross:.2f}, STS-B {split}) against the same encoder untrained, mean-pooled "
+    return (f"the cross-encoder{' from ' + encoder if encoder else ''} ({cross:.2f}, STS-B {split}) against the same "
+            f"encoder untrained, mean-pooled "
             f"cosine ({zero_shot:.2f}): {'above it' if beats else 'BELOW IT: the trained run learned less than the encoder knew'}")
 
 
@@ -278,14 +306,3 @@ def encoder_verdict(raw: tuple, adapted: tuple) -> str:
     shrinks = raw_gap > 0 and adapted_gap < raw_gap / 2
     return (f"the bi-encoder's lead, STS-B test: {raw_gap:+.2f} points from the raw encoder, {adapted_gap:+.2f} from "
             f"the adapted one; a better-pretrained encoder closes most of the gap: {'yes' if shrinks else 'no'}")
-
-
-def encoder_table(raw: tuple, adapted: tuple, raw_pairs: int, raw_epochs: int, adapted_pairs: int,
-                  adapted_epochs: int) -> Table:
-    """The cross- and bi-encoder's STS-B test Spearman from each starting encoder (``(cross, bi)``
-    pairs), with the training pairs and epochs each pair of runs had."""
-    rows = [["from the raw encoder (MLM only)", raw_pairs, raw_epochs, *raw, raw[1] - raw[0]],
-            ["from the adapted encoder (trained as a bi-encoder)", adapted_pairs, adapted_epochs, *adapted,
-             adapted[1] - adapted[0]]]
-    return Table(["STS-B test, Spearman x100", "training pairs", "epochs", "cross-encoder", "bi-encoder", "bi - cross"],
-                 rows, formats={c: "{:.2f}" for c in ("cross-encoder", "bi-encoder", "bi - cross")})

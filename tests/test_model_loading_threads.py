@@ -1,6 +1,6 @@
 """The grader builds reference models in threads (``grading.grade_folder``). transformers' ``from_pretrained``
 patches class attributes while it loads, so two loads at once can leave weight tying switched off for the
-rest of the process; the grader loads one model at a time (``verdicts._loading``)."""
+rest of the process; every load goes through ``models._load``, which holds ``models._loading``."""
 
 import threading
 

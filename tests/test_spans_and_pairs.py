@@ -157,8 +157,11 @@ def test_the_encoder_verdict_asks_whether_a_better_start_closes_most_of_the_gap(
     assert pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0)).endswith("closes most of the gap: yes")
     assert pairs.encoder_verdict((25.0, 57.0), (60.0, 80.0)).endswith("closes most of the gap: no")  # 20 of 32
     assert pairs.encoder_verdict((60.0, 50.0), (70.0, 69.0)).endswith(": no")  # no lead to explain
-    table = pairs.encoder_table((25.0, 57.0), (76.6, 86.0), 5749, 3, 2000, 2)
-    assert [row[-1] for row in table.rows] == pytest.approx([32.0, 9.4])
+    by_encoder = {"raw_encoder": {"cross": {"test": 25.0}, "bi": {"test": 57.0}, "zero_shot": {"test": 35.9}},
+                  "encoder": {"cross": {"test": 76.6}, "bi": {"test": 86.0}, "zero_shot": {"test": 82.0}}}
+    table = pairs.comparison_table(by_encoder, 2000, 2, {"cross_encoder": 84.30, "bi_encoder": 84.67})
+    assert [row[5] for row in table.rows] == pytest.approx([32.0, 9.4, 0.37])  # bi - cross, the paper's last
+    assert [row[6] for row in table.rows] == [35.9, 82.0, None]  # each encoder's floor; the paper prints none
 
 
 def test_the_cross_encoder_chooser_extends_its_grid_and_chooses_its_epochs(encoder, tokenizer, profile):
@@ -182,6 +185,7 @@ def test_the_cross_encoder_chooser_extends_its_grid_and_chooses_its_epochs(encod
 def test_a_cross_encoder_below_its_own_zero_shot_score_is_named():
     assert pairs.zero_shot_verdict(40.0, 35.9).endswith("above it")
     assert "BELOW IT" in pairs.zero_shot_verdict(22.7, 35.9)
+    assert pairs.zero_shot_verdict(22.7, 35.9, encoder="the raw encoder").startswith("the cross-encoder from the raw encoder (22.70")
 
 
 def test_the_cost_verdict_reads_how_the_time_grew_and_can_fail():

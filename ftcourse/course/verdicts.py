@@ -229,8 +229,7 @@ class Reference:
         from ..heads import SentenceClassifier, TaskModel, set_regime
 
         torch.manual_seed(0)
-        with _loading:
-            encoder = models.load_encoder(self.profile, add_pooling_layer=False)
+        encoder = models.load_encoder(self.profile, add_pooling_layer=False)  # one load at a time: models._load
         if regime == "lora":
             encoder = with_lora(encoder, lora)
         model = TaskModel(encoder, SentenceClassifier(encoder.config.hidden_size, num_labels=self.num_labels))
@@ -241,11 +240,6 @@ class Reference:
 
 _references: dict = {}
 _lock = threading.Lock()
-# transformers' from_pretrained patches class attributes for the duration of a load (it swaps
-# PreTrainedModel.tie_weights for a no-op and restores it after). The grader recomputes verdicts in
-# threads; two loads at once can restore each other's no-op, which leaves weight tying off for the rest
-# of the process (an MLM head's decoder bias then stays on the meta device). One load at a time.
-_loading = threading.Lock()
 _descent_lock = threading.Lock()
 
 
@@ -275,13 +269,12 @@ def reference(profile) -> Reference:
             return _references[profile.name]
         splits = grader_split(profile)  # what the sandbox holds (train, dev), and what it never sees (held_out)
         num_labels = splits[0].features["label"].num_classes
-        tokenizer = models.load_tokenizer(profile=profile)  # tokenizers patch nothing: no _loading
+        tokenizer = models.load_tokenizer(profile=profile)
         train, dev, held_out = (split.map(lambda b: tokenizer(b["sentence"], truncation=True,
                                                               max_length=profile.max_length),
                                           batched=True, remove_columns=["sentence"]).rename_column("label", "labels")
                                 for split in splits)
-        with _loading:
-            encoder = models.load_encoder(profile, add_pooling_layer=False)
+        encoder = models.load_encoder(profile, add_pooling_layer=False)
         pretrained = {canonical("encoder." + n): d for n, d in digests(encoder).items()}
         from ..training import collate
 
