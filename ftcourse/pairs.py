@@ -114,10 +114,12 @@ class CrossEncoderChoice:
     model: nn.Module | None = field(default=None, repr=False, compare=False)
 
     def line(self, name: str = "cross-encoder") -> str:
+        from .experiments import grid
+
         return (f"{name}, validation Spearman x100 by lr ({self.lr_epochs} epoch{'s' if self.lr_epochs > 1 else ''}): "
-                + ", ".join(f"{lr:g} {v:.1f}" for lr, v in self.lr_scores.items()) + f" -> {self.lr:g}"
+                + grid.line(self.lr_scores, self.lr, "{:.1f}")
                 + ("" if len(self.epoch_scores) < 2 else "; by epochs at that lr: "
-                   + ", ".join(f"{n} {v:.1f}" for n, v in self.epoch_scores.items()) + f" -> {self.epochs}"))
+                   + grid.line(self.epoch_scores, self.epochs, "{:.1f}")))
 
 
 def choose_cross_encoder(encoder: nn.Module, train: datasets.Dataset, validation: datasets.Dataset, lrs,

@@ -624,11 +624,8 @@ class ReadoutRates:
         searches: dict = {}
         for name, found in self.by_name.items():
             searches.setdefault(id(found), (found, []))[1].append(name)
-        edge = [" = ".join(names) for found, names in searches.values() if found.at_edge]
-        return ("lr chosen per readout on validation (F1 x100): " + "; ".join(
-            " = ".join(names) + " " + ", ".join(f"{lr:g} {f1:.1f}" for lr, f1 in sorted(found.scores.items()))
-            + f" -> {found.best:g}" for found, names in searches.values())
-            + (f" (still at the grid's end: {', '.join(edge)})" if edge else ""))
+        return "lr chosen per readout on validation (F1 x100): " + "; ".join(
+            " = ".join(names) + " " + found.line("{:.1f}") for found, names in searches.values())
 
 
 def choose_readout_lrs(rest: WordFeatures, validation: WordFeatures, names, profile=None, *, head: str = "bilstm",

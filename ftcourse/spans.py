@@ -199,8 +199,7 @@ def choose_span_lrs(encoder: nn.Module, train: datasets.Dataset, validation: dat
 
 def span_lrs_line(found: dict, epochs: int = 1) -> str:
     return (f"span lr by regime on validation (token F1 x100, {epochs} epoch{'s' if epochs > 1 else ''}): " + "; ".join(
-        f"{regime} " + ", ".join(f"{lr:g} {f1:.1f}" for lr, f1 in sorted(g.scores.items())) + f" -> {g.best:g}"
-        + (" (at the grid's end)" if g.at_edge else "") for regime, g in found.items()))
+        f"{regime} " + g.line("{:.1f}") for regime, g in found.items()))
 
 
 def train_span_regimes(encoder: nn.Module, train: datasets.Dataset, held_out: datasets.Dataset, tokenizer,

@@ -222,3 +222,13 @@ def test_the_grid_search_extends_past_the_edge_its_best_sits_on_and_stops_inside
     assert grid.search(lambda v: 1.0, [3.0, 1.0]).best == 1.0  # a tie goes to the first tried (sorted grid)
     with pytest.raises(ValueError, match="grid is empty"):
         grid.search(rising, [])
+
+
+def test_every_sweep_is_printed_one_way():
+    from ftcourse.experiments import grid
+
+    assert grid.line({4e-4: 0.812, 1e-4: 0.78}, 4e-4) == "0.0001 0.780, 0.0004 0.812 -> 0.0004"
+    edge = grid.search(lambda value: value, [1.0, 2.0], extensions=1)  # the best stays at the top end
+    assert edge.at_edge and edge.line("{:.1f}") == "1 1.0, 2 2.0, 8 8.0 -> 8 (still at the grid's end)"
+    middle = grid.search(lambda value: -abs(value - 2), [1.0, 2.0, 4.0])
+    assert middle.line("{:.0f}") == "1 -1, 2 -0, 4 -2 -> 2"

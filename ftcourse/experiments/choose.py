@@ -32,9 +32,8 @@ class Choice:
 
     def line(self, name: str = "") -> str:
         """``"name lr on validation: 1e-4 0.780, 4e-4 0.812 -> 4e-4"``."""
-        tried = ", ".join(f"{r.lr:g} {r.validation:.3f}" for r in sorted(self.tried, key=lambda r: r.lr))
-        edge = " (still at the grid's end)" if self.at_edge else ""
-        return f"{name + ' ' if name else ''}lr on validation: {tried} -> {self.lr:g}{edge}"
+        tried = {r.lr: r.validation for r in self.tried}
+        return f"{name + ' ' if name else ''}lr on validation: " + grid_module.line(tried, self.lr, at_edge=self.at_edge)
 
 
 def choose_lr(base: engine.RunSpec, grid, encoder, train, validation, dev=None, step: float = 4.0,

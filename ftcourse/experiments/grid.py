@@ -25,6 +25,17 @@ class GridResult:
     def grid(self) -> list[float]:
         return sorted(self.scores)
 
+    def line(self, score_format: str = "{:.3f}") -> str:
+        """``"1e-4 0.780, 4e-4 0.812 -> 4e-4"``: what ``line`` writes for this search."""
+        return line(self.scores, self.best, score_format, self.at_edge)
+
+
+def line(scores: dict, best, score_format: str = "{:.3f}", at_edge: bool = False) -> str:
+    """Every value tried and its score, in value order, then the chosen one, flagged when it is still
+    at an end of the grid: the one way every chooser's sweep is printed."""
+    tried = ", ".join(f"{value:g} {score_format.format(score)}" for value, score in sorted(scores.items()))
+    return f"{tried} -> {best:g}" + (" (still at the grid's end)" if at_edge else "")
+
 
 def search(score, grid, step: float = 4.0, extensions: int = 2, progress=None) -> GridResult:
     """``score(value) -> float`` (higher is better) at every value of ``grid``, then past the end
