@@ -31,7 +31,8 @@ instructor as REVIEW, never as PASS. Concretely:
   dictionaries: ``evidence.raw_digests``) whose disagreement goes to REVIEW;
 - the data are the grader's (``Exercise.sandbox_data``): the sandbox reads only the exercise's training rows and
   part of the dev set, and the grader scores every run on the rest as well; a dev score far above that
-  held-out one (``verdicts.HELD_OUT_MIN_Z``) goes to REVIEW;
+  held-out one (``verdicts.HELD_OUT_MIN_Z``), or a dev loss far below it (``verdicts.HELD_OUT_LOSS_MIN_T``:
+  the power the accuracy lacks on a small dev set), goes to REVIEW;
 - the course's own answers are not in the sandbox: it sees an exercise build of the package without them
   (``Exercise.withheld``, ``ftcourse.course.withheld``), so no spelling of an import reaches them. The static
   scan for the course's helpers (``Exercise.solved_by_import``) stays as a hint for what must stay given

@@ -577,6 +577,10 @@ def rescore(model, ref: Reference, split=None) -> float:
 #: far above sentences it never saw.
 HELD_OUT_MIN_Z = 4.0
 HELD_OUT_MARGIN = 0.02
+#: The same question read from the per-example losses (``held_out_loss_gap``, Welch's t). Measured on 18 honest
+#: runs (3 regimes x 3 seeds, smoke and grading profiles) the largest was +1.9; runs that trained on the notebook's
+#: dev set for 1 epoch read +1.1 to +5.5, for 3 epochs +3.7 to +11.7 (their accuracy gap, 0.9 to 4.9).
+HELD_OUT_LOSS_MIN_T = 3.5
 
 
 def held_out_gap(dev: float, held: float, n_dev: int, n_held: int) -> float:
@@ -586,14 +590,34 @@ def held_out_gap(dev: float, held: float, n_dev: int, n_held: int) -> float:
     return (dev - held - HELD_OUT_MARGIN) / se
 
 
-def _check_held_out(rescored: float, held: float, ref: Reference, what: str) -> None:
+def example_losses(model, ref: Reference, split) -> torch.Tensor:
+    """The cross-entropy of each example of ``split`` under ``model`` (the course's ``predict``)."""
+    from ..training import predict
+
+    logits, labels = predict(model, split, pad_token_id=ref.tokenizer.pad_token_id or 0)
+    return torch.nn.functional.cross_entropy(torch.stack(logits).float(), torch.stack(labels), reduction="none")
+
+
+def held_out_loss_gap(dev_losses, held_losses) -> float:
+    """How much lower the mean loss on the dev set is than on the held-out sentences, in standard errors
+    (Welch): a continuous reading of the same question as ``held_out_gap``, with far more power on a small
+    dev set (32 sentences at smoke), because a run that trained on a sentence lowers its loss before it flips
+    its answer."""
+    dev_losses, held_losses = torch.as_tensor(dev_losses).double(), torch.as_tensor(held_losses).double()
+    se = math.sqrt(dev_losses.var().item() / len(dev_losses) + held_losses.var().item() / len(held_losses))
+    return (held_losses.mean() - dev_losses.mean()).item() / max(se, 1e-12)
+
+
+def _check_held_out(model, rescored: float, held: float, ref: Reference, what: str) -> None:
     z = held_out_gap(rescored, held, len(ref.dev_set), len(ref.held_out))
-    if z > HELD_OUT_MIN_Z:
+    t = held_out_loss_gap(example_losses(model, ref, ref.dev_set), example_losses(model, ref, ref.held_out))
+    if z > HELD_OUT_MIN_Z or t > HELD_OUT_LOSS_MIN_T:
         raise TwoViewsDisagree(
             f"{what} scores {rescored:.4f} on the dev set the notebook holds but {held:.4f} on {len(ref.held_out):,} "
             f"held-out dev sentences the sandbox never had, {z:.1f} standard errors apart beyond "
-            f"{HELD_OUT_MARGIN:g} (an honest run's gap is sampling noise, under {HELD_OUT_MIN_Z:g}): trained on the "
-            "dev set? For the instructor to judge.")
+            f"{HELD_OUT_MARGIN:g} (an honest run's gap is sampling noise, under {HELD_OUT_MIN_Z:g}), and its mean loss "
+            f"is {t:.1f} standard errors lower on the dev set (honest: under {HELD_OUT_LOSS_MIN_T:g}): trained on "
+            "the dev set? For the instructor to judge.")
 
 
 def _number(value) -> bool:
@@ -630,7 +654,7 @@ def run(record, regime: str, seed: int, folder: Path, ref: Reference) -> dict:
     _positive(result["peak_mib"], what, "peak_mib", -1e-9)
     held = rescore(model, ref, ref.held_out) if ref.held_out is not None and len(ref.held_out) else None
     if held is not None:
-        _check_held_out(rescored, held, ref, what)
+        _check_held_out(model, rescored, held, ref, what)
     return {"regime": regime, "seed": seed, "accuracy": rescored, "held_out": held, "trainable": count,
             "descent": descent_text(model)}
 
