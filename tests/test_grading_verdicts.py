@@ -8,12 +8,14 @@ Four classes of mechanism, each with cases written independently of one another:
    renderer that raises, an exception group printed as text);
 2. disabling the in-kernel guard (its ``changes``, the runner's name);
 3. code that runs at definition time (a decorator, a class body, a default value)
-   rewriting what the checks or the evidence rely on, up to forging the evidence files;
+   rewriting what the checks or the evidence rely on, up to forging the evidence files (once, or from a
+   thread that keeps rewriting them after every recording cell);
 4. typed-in or wrong figures: results without a trained model, an untrained model, a model scored on
    the training set, a frozen encoder that moved, a result with a key missing, noise added to every
    trainable weight instead of training (the descent check), an encoder never frozen whose model shows
    the recorder a frozen copy (two views of the model disagree: REVIEW), and digests
-   made to look changed by a patched hashlib (no weight moved).
+   made to look changed by a patched hashlib (no weight moved); and training on other data than the
+   notebook's: 3 epochs on train + dev (REVIEW, by the held-out check), or on 2 sentences (the descent check).
 """
 
 import nbformat
@@ -164,6 +166,40 @@ def add_lora(encoder):
                       "    config = TrainConfig(lr=lr, epochs=epochs, batch_size=profile.batch_size, seed=seed, progress=False)\n"
                       "    return train(model, data, config, pad_token_id=tokenizer.pad_token_id).seconds_per_epoch"},
 }
+# Training on data other than the notebook's: the scoring split added to the training set, or 2 sentences.
+CASES["trained_on_the_scoring_split"] = {
+    "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
+    "run_regime": "solution:on train and dev"}
+CASES["trained_on_a_tiny_subset"] = {
+    "add_lora": "solution", "build_model": "solution", "summarize": "solution",
+    "train_loop": "solution:on 2 sentences", "run_regime": "solution:on 2 sentences"}
+# A thread that outlives every recording cell, rewriting the evidence files with typed-in figures.
+CASES["background_thread_rewrites_records"] = {
+    "add_lora": """import json, os, threading, time
+
+
+def _forge():
+    folder = os.environ.get("FTCOURSE_EVIDENCE_DIR", ".")
+    result = lambda r, s: {"regime": r, "seed": s, "accuracy": 0.9, "seconds_per_epoch": 1.0,
+                           "trainable": 770.0, "peak_mib": 1.0}
+    runs = [{"regime": r, "seed": 0, "models_built": 1, "changed": [], "digests": {}, "parameters": [],
+             "file": "none.safetensors", "result": result(r, 0)} for r in ("frozen", "finetune", "lora")]
+    while True:
+        for name, value in (("results.json", runs), ("stability.json", runs), ("loop.json", runs[:2]),
+                            ("summary.json", [{"mean": 0.83, "std": 0.05, "range": 0.12}])):
+            try:
+                with open(os.path.join(folder, name), "w") as file:
+                    json.dump(value, file)
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
+threading.Thread(target=_forge, daemon=True).start()
+
+
+def add_lora(encoder):
+    return encoder""", "summarize": TYPED_SUMMARY}
 # The course's own answers, reached by spellings no static scan sees: absent from the sandbox's package.
 CASES["course_helpers_by_exec_and_importlib"] = {
     "add_lora": f"import base64\nexec(base64.b64decode('ZnJvbSBmdGNvdXJzZS5sb3JhIGltcG9ydCBhZGRfbG9yYQ=='))",
@@ -187,6 +223,10 @@ HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
 IMPORTED = {"course_helpers_imported": {"3 loop"}}
 HONEST["course_helpers_imported"] = set()  # build_model needs add_lora; the seed cell needs the results
 HONEST["course_helpers_by_exec_and_importlib"] = {"3 loop"}  # its train_loop is the solution's
+# Trained on train + dev for 3 epochs: its loop is the solution's; part 4 goes to review (the held-out check).
+HONEST["trained_on_the_scoring_split"] = {"1 lora", "2 regimes", "3 loop", "5 seeds"}
+# Two sentences are too few for the training loss on the grader's train set to fall: parts 3 and 4 fail.
+HONEST["trained_on_a_tiny_subset"] = {"1 lora", "2 regimes", "5 seeds"}
 #: Cases whose answers the sandbox's package withholds: the error names the exercise's build.
 WITHHELD = ("course_helpers_imported", "course_helpers_by_exec_and_importlib")
 #: What the verdict of part 4 says, for the cases of class 4 that get that far.
@@ -197,6 +237,7 @@ PART_4_SAYS = {
     "frozen_encoder_moved": "freezes moved during training",
     "a_result_key_missing": "returned no 'peak_mib'",
     "noise_instead_of_training": "did not move down the training loss",
+    "trained_on_a_tiny_subset": "did not move down the training loss",
 }
 
 
@@ -206,15 +247,34 @@ def solved(name: str) -> str:
     return "\n".join(line for line in source.splitlines() if "### " not in line)
 
 
+def solved_variant(name: str, variant: str) -> str:
+    """The solution's ``name``, or a variant of it: with a result key dropped, or trained on other data."""
+    code = solved(name)
+    if not variant:
+        return code
+    if variant == "no peak_mib":
+        changed = code.replace('"peak_mib": peak["bytes"] / 2**20,', "")
+    elif variant == "on train and dev":  # 3 epochs on the dev set it is scored on, too
+        changed = "import datasets\n\n\n" + code.replace(
+            "train(model, train_set, train_config(regime, seed, **changes)",
+            "train(model, datasets.concatenate_datasets([train_set, dev_set]), train_config(regime, seed, epochs=3, **changes)")
+    elif variant == "on 2 sentences" and name == "run_regime":
+        changed = code.replace("train(model, train_set,", "train(model, train_set.select(range(2)),")
+    elif variant == "on 2 sentences":  # the loop ignores all but 2 of the sentences it is given
+        changed = (code.replace("def train_loop(", "def _train_loop(") + "\n\n\ndef train_loop(model, data, lr, epochs, "
+                   "seed=0):\n    return _train_loop(model, data.select(range(2)), lr, epochs, seed)")
+    else:
+        raise ValueError(f"no variant {variant!r} of the solution's {name}")
+    assert changed.replace("import datasets\n\n\n", "", 1) != code, (name, variant)  # the replacement took
+    assert variant != "no peak_mib" or "peak_mib" not in changed
+    return changed
+
+
 def notebook(answers: dict):
     nb = nbformat.read(STUDENT, as_version=4)
     for name, source in answers.items():
         if source.startswith("solution"):
-            code = solved(name)
-            if source == "solution:no peak_mib":
-                code = code.replace('"peak_mib": peak["bytes"] / 2**20,', "")
-                assert "peak_mib" not in code
-            source = code
+            source = solved_variant(name, source.partition(":")[2])
         cell = next(c for c in nb.cells if c.cell_type == "code" and f"def {name}(" in c.source)
         cell.source = source
     return nb
@@ -274,6 +334,14 @@ def test_a_guard_the_submission_blinded_changes_nothing(graded):
         grading.details(result)
     lora = next(c.message for c in result.checks if c.part == "1 lora")
     assert "not what its LoRA configuration gives" in lora, grading.details(result)
+
+
+def test_training_on_the_scoring_split_is_sent_for_review(graded):
+    """Three epochs on train + dev: its dev accuracy is real, but its dev loss sits far below its held-out loss."""
+    result = graded["trained_on_the_scoring_split"]
+    assert result.marks()["4 measure"] == "REVIEW", grading.details(result)
+    said = " ".join(c.message for c in result.checks if c.part == "4 measure" and c.review)
+    assert "trained on the dev set?" in said, said
 
 
 def test_a_model_that_shows_the_recorder_a_frozen_copy_is_sent_for_review(graded):

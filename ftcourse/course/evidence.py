@@ -10,8 +10,9 @@ a folder the grader binds into the sandbox and caps in size):
 - ``record_regimes``: for each regime, the parameters of ``build_model(regime)`` (name, shape,
   whether it trains) and the LoRA configuration, if any;
 - ``record_loop``: the student's ``train_loop`` run on ``build_model(regime)`` for the frozen and
-  full regimes, the weights it changed, and the model's new parameters as built (the head's, LoRA's:
-  where the grader's descent check starts);
+  full regimes, on the training set as the given cell builds it (``grader_train_set``): the weights
+  it changed, and the model's new parameters as built (the head's, LoRA's: where the grader's
+  descent check starts);
 - ``record_runs``: for each (regime, seed), what ``run_regime`` returned, and the model it trained
   (the one ``build_model`` returned during the call): a digest of every parameter before and after,
   the values of every parameter that changed during the call, and the new ones as built, as safetensors;
@@ -242,16 +243,38 @@ def record_run(namespace: dict, regime: str, seed: int, name: str) -> dict:
     return record
 
 
+def grader_train_set():
+    """The exercise's training set as its given cell builds it, loaded afresh from the sandbox's data
+    under the session's profile: ``record_loop`` trains on this, not on whatever the submission's
+    ``train_set`` names by then (a rebound or shrunken set would make a loop look like another)."""
+    from .. import config, data, models
+
+    profile, _ = config.profile_from_environment()
+    sizes = profile.with_(train_sizes={"sst2": profile.exercise_train_size},
+                          eval_sizes={"sst2": profile.exercise_eval_size})
+    tokenizer = models.load_tokenizer(profile=profile)
+    train = data.load_sst2(sizes)["train"]
+    train = train.map(lambda batch: tokenizer(batch["sentence"], truncation=True, max_length=profile.max_length),
+                      batched=True, remove_columns=["sentence"])
+    return train.rename_column("label", "labels")
+
+
 def record_loop(namespace: dict, regimes, file: str = "loop.json") -> None:
     """``loop.json``: for each regime, ``train_loop(build_model(regime), train_set, lr, epochs)`` with
-    the notebook's own learning rate and the profile's epochs, and the weights it changed."""
+    the grader's own copy of the training set (``grader_train_set``), the notebook's learning rate
+    and the profile's epochs, and the weights it changed."""
     runs = []
+    try:
+        train_set = grader_train_set()
+    except Exception as error:
+        _write_json(file, [{"regime": regime, "seed": 0, **_error(error)} for regime in regimes])
+        return
     for regime in regimes:
         record = {"regime": regime, "seed": 0, "file": f"loop-{regime}.safetensors", "models_built": 1}
         try:
             model = namespace["build_model"](regime, 0)
             start = _start(model)
-            seconds = namespace["train_loop"](model, namespace["train_set"], namespace["LEARNING_RATES"][regime],
+            seconds = namespace["train_loop"](model, train_set, namespace["LEARNING_RATES"][regime],
                                               namespace["profile"].exercise_epochs, 0)
             record["result"] = _clean_result({"regime": regime, "seconds_per_epoch": seconds})
         except Exception as error:
