@@ -20,8 +20,9 @@ def _rates(profile) -> dict:
             "lora": profile.exercise_lora_lr}
 
 
-def honest(ref, regime, seed=0, train=None):
-    """A run as the solution makes it: the course's model for the regime, the exercise's recipe."""
+def honest(ref, regime, seed=0, train=None, order=None):
+    """A run as the solution makes it: the course's model for the regime, the exercise's recipe
+    (``order``: another seed for the order the data is read in, the head staying ``seed``'s)."""
     profile = ref.profile
     lora = verdicts.lora_settings(LORA) if regime == "lora" else None
     start = ref.model(regime, lora)
@@ -33,7 +34,8 @@ def honest(ref, regime, seed=0, train=None):
     final = copy.deepcopy(start)
     rate = _rates(profile)[regime]
     recipe = training.TrainConfig(lr=rate, head_lr=rate if regime == "frozen" else profile.head_lr,
-                                  epochs=profile.exercise_epochs, batch_size=profile.batch_size, seed=seed, progress=False)
+                                  epochs=profile.exercise_epochs, batch_size=profile.batch_size,
+                                  seed=seed if order is None else order, progress=False)
     training.train(final, train if train is not None else _train_set(ref), recipe, pad_token_id=ref.tokenizer.pad_token_id)
     return start, final
 
@@ -86,3 +88,25 @@ def test_a_run_trained_on_other_labels_does_not_descend_on_the_graders_examples(
     found = verdicts.descent(start, final, ref)
     with pytest.raises(verdicts.EvidenceMissing):
         verdicts._check_descent(found, "trained on flipped labels")
+
+
+def test_a_change_between_noise_and_training_goes_for_review_never_fails():
+    found = {"alignment": 0.1, "agreement": 0.55}
+    verdicts._check_descent({**found, "z": verdicts.DESCENT_MIN_Z}, "a step")  # passes
+    with pytest.raises(verdicts.DescentUnclear, match="For the instructor"):
+        verdicts._check_descent({**found, "z": 3.0}, "a weak step")
+    with pytest.raises(verdicts.EvidenceMissing, match="did not move down") as failed:
+        verdicts._check_descent({**found, "z": 1.0}, "noise")
+    assert not isinstance(failed.value, verdicts.ForReview)
+
+
+def test_an_honest_head_read_in_an_unlucky_order_is_not_failed(shared_data):
+    """At the grading profile the head alone is the thin case: read in order 2 (of 12 measured, 3.7 to
+    16.4) it sits under DESCENT_MIN_Z, and must come to the instructor, not fail."""
+    ref = verdicts.reference(config.get_profile("grading"))
+    found = verdicts.descent(*honest(ref, "frozen", order=2), ref)
+    print(f"\nhonest head, order 2: z {found['z']:+.2f}")
+    try:
+        verdicts._check_descent(found, "honest head, order 2")
+    except verdicts.DescentUnclear:
+        pass

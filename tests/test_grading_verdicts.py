@@ -13,10 +13,17 @@ Four classes of mechanism, each with cases written independently of one another:
 4. typed-in or wrong figures: results without a trained model, an untrained model, a model scored on
    the training set, a frozen encoder that moved, a result with a key missing, noise added to every
    trainable weight instead of training (the descent check), an encoder never frozen whose model shows
-   the recorder a frozen copy (two views of the model disagree: REVIEW), and digests
-   made to look changed by a patched hashlib (no weight moved); and training on other data than the
-   notebook's: 3 epochs on train + dev (REVIEW, by the held-out check), or on 2 sentences (the descent check).
+   the recorder a frozen copy (two views of the model disagree: REVIEW), and digests made to look
+   changed by a patched hashlib or a patched ``Tensor.numpy`` (no weight moved); and training on other
+   data than the notebook's: 3 epochs on train + dev (REVIEW, by the held-out check), or on 2 sentences
+   (the descent check).
+
+The honest solution is graded in the same class and must get 5 of 5. CI grades the class at smoke;
+``FTCOURSE_CLASS_PROFILE=grading pytest tests/test_grading_verdicts.py`` grades it at ``ftcourse grade``'s
+default profile, where the seed study re-scores a second seed of every run (``GRADING_HONEST``).
 """
+
+import os
 
 import nbformat
 import pytest
@@ -26,7 +33,9 @@ from ftcourse.course import exercise, grading
 SOLUTION = exercise.SOLUTIONS_DIR / "05_exercise_bert_base.ipynb"
 STUDENT = exercise.student_path(SOLUTION)
 NAME = "05_exercise_bert_base.ipynb"
-ENV = {"FTCOURSE_PROFILE": "smoke"}
+PROFILE = os.environ.get("FTCOURSE_CLASS_PROFILE", "smoke")
+ENV = {"FTCOURSE_PROFILE": PROFILE}
+TIMEOUT = {"smoke": 240}.get(PROFILE, 600)  # seconds a notebook: the grading profile trains 128 sentences a run
 ANSWERS = ("add_lora", "build_model", "train_loop", "run_regime", "summarize")
 
 TYPED_RUN = """\
@@ -155,6 +164,16 @@ def add_lora(encoder):
                       "    logits, labels = predict(model, dev_set, pad_token_id=tokenizer.pad_token_id)\n"
                       "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
                       "            'seconds_per_epoch': 1.0, 'trainable': count_parameters(model)['trainable'], 'peak_mib': 1.0}"},
+    "tensor_method_patched_to_look_changed": {  # no training: Tensor.numpy patched so every byte read is noise
+        "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
+        "run_regime": "def run_regime(regime, seed=0, **changes):\n    import numpy, os, torch\n"
+                      "    if not hasattr(torch.Tensor, 'real_numpy'):\n        torch.Tensor.real_numpy = torch.Tensor.numpy\n"
+                      "        torch.Tensor.numpy = lambda self, *a, **k: (numpy.frombuffer(os.urandom(self.numel()), numpy.uint8)\n"
+                      "                                                   if self.dtype == torch.uint8 else self.real_numpy(*a, **k))\n"
+                      "    model = build_model(regime, seed)\n"
+                      "    logits, labels = predict(model, dev_set, pad_token_id=tokenizer.pad_token_id)\n"
+                      "    return {'regime': regime, 'seed': seed, 'accuracy': accuracy(logits, labels)['accuracy'],\n"
+                      "            'seconds_per_epoch': 1.0, 'trainable': count_parameters(model)['trainable'], 'peak_mib': 1.0}"},
     "a_result_key_missing": {
         "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
         "run_regime": "solution:no peak_mib"},
@@ -167,6 +186,7 @@ def add_lora(encoder):
                       "    return train(model, data, config, pad_token_id=tokenizer.pad_token_id).seconds_per_epoch"},
 }
 # Training on data other than the notebook's: the scoring split added to the training set, or 2 sentences.
+CASES["honest_solution"] = dict.fromkeys(ANSWERS, "solution")
 CASES["trained_on_the_scoring_split"] = {
     "add_lora": "solution", "build_model": "solution", "train_loop": "solution", "summarize": "solution",
     "run_regime": "solution:on train and dev"}
@@ -216,6 +236,7 @@ HONEST["never_frozen_but_shown_frozen"] = {"1 lora", "2 regimes", "3 loop", "5 s
 # and the loop are recorded after it: the loop's evidence is garbled too (FAIL or REVIEW, never PASS).
 HONEST["digests_patched_to_look_changed"] = {"1 lora", "2 regimes", "5 seeds"}  # read from listings, not digests
 # Its runs return no peak_mib, so the notebook's own seed-study cell fails too (part 4 with it).
+HONEST["tensor_method_patched_to_look_changed"] = HONEST["digests_patched_to_look_changed"]  # the same, one level down
 HONEST["a_result_key_missing"] = {"1 lora", "2 regimes", "3 loop"}
 #: The parts the import case must send for review: the course's add_lora, the course's train inside train_loop.
 # The course's add_lora is withheld from the sandbox (its import fails, part 1 and everything built on it
@@ -227,6 +248,17 @@ HONEST["course_helpers_by_exec_and_importlib"] = {"3 loop"}  # its train_loop is
 HONEST["trained_on_the_scoring_split"] = {"1 lora", "2 regimes", "3 loop", "5 seeds"}
 # Two sentences are too few for the training loss on the grader's train set to fall: parts 3 and 4 fail.
 HONEST["trained_on_a_tiny_subset"] = {"1 lora", "2 regimes", "5 seeds"}
+HONEST["honest_solution"] = {"1 lora", "2 regimes", "3 loop", "4 measure", "5 seeds"}
+# Past smoke, part 5 also verifies and re-scores a second seed of every run: only the cases whose
+# run_regime is the solution's, unchanged, earn it there.
+if PROFILE != "smoke":
+    for case, answers in CASES.items():
+        if answers.get("run_regime") != "solution":
+            HONEST.get(case, set()).discard("5 seeds")
+#: Holes measured and stated (book/instructors.md), not hidden: at the grading profile a train_loop that keeps
+#: 2 of the sentences it is given still steps down the whole set's loss (z well past DESCENT_MIN_Z), so its
+#: loop part passes there; its runs fail part 4 all the same.
+KNOWN_GAPS = {("grading", "trained_on_a_tiny_subset"): {"3 loop"}}
 #: Cases whose answers the sandbox's package withholds: the error names the exercise's build.
 WITHHELD = ("course_helpers_imported", "course_helpers_by_exec_and_importlib")
 #: What the verdict of part 4 says, for the cases of class 4 that get that far.
@@ -286,7 +318,7 @@ def graded(tmp_path_factory, bwrap):
     for case, answers in CASES.items():
         (folder / case).mkdir()
         nbformat.write(notebook(answers), folder / case / NAME)
-    results = grading.grade_folder(folder, tmp_path_factory.mktemp("book") / "gradebook", workers=2, timeout=240,
+    results = grading.grade_folder(folder, tmp_path_factory.mktemp("book") / "gradebook", workers=2, timeout=TIMEOUT,
                                    env=ENV, progress=False)
     print("\n".join(f"{r.student}: {r.status}, {r.seconds:.0f} s, {r.marks()}" for r in results))
     return {r.student: r for r in results}
@@ -296,7 +328,8 @@ def graded(tmp_path_factory, bwrap):
 def test_no_faked_part_passes(graded, case):
     result = graded[case]
     honest = set(HONEST.get(case, {}))
-    faked = {part: mark for part, mark in result.marks().items() if part not in honest}
+    gaps = KNOWN_GAPS.get((PROFILE, case), set())
+    faked = {part: mark for part, mark in result.marks().items() if part not in honest | gaps}
     assert set(faked.values()) <= {"FAIL", "REVIEW"}, grading.details(result)
     assert len(result.marks()) == 5, grading.details(result)
     for part in honest:  # the solution's code still passes where the case used it

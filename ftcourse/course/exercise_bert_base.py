@@ -65,8 +65,8 @@ def judge_bert_base(folder: Path, profile) -> list:
             found.append((part, True, verdict(), hidden))
         except verdicts.StudentRaised as error:
             found.append((part, False, student_raised(error), hidden))
-        except verdicts.TwoViewsDisagree as disagree:
-            found.append((part, None, str(disagree), hidden))  # None: for the instructor (REVIEW)
+        except verdicts.ForReview as undecided:
+            found.append((part, None, str(undecided), hidden))  # None: for the instructor (REVIEW)
         except verdicts.EvidenceMissing as missing:
             found.append((part, False, str(missing), hidden))
         except Exception as error:  # malformed evidence: a failure, never a crash of the grader

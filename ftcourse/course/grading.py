@@ -26,7 +26,9 @@ by recomputation, where forging it costs at least as much as the work; a claim i
 instructor as REVIEW, never as PASS. Concretely:
 
 - "trained" is verified as a descent step from the weights, on the grader's own training examples
-  (``verdicts.descent``): noise, or digests made to look changed, fail it;
+  (``verdicts.descent``): noise, or digests made to look changed, fail it; a change between
+  ``verdicts.DESCENT_REVIEW_Z`` and ``DESCENT_MIN_Z`` (more than noise, less than training usually gives)
+  goes to REVIEW;
 - "frozen" is read through two views of the model (its ``named_parameters``, and a walk of its modules' own
   dictionaries: ``evidence.raw_digests``) whose disagreement goes to REVIEW;
 - the data are the grader's (``Exercise.sandbox_data``): the sandbox reads only the exercise's training rows and
