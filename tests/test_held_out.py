@@ -69,7 +69,7 @@ def test_a_run_trained_one_epoch_on_the_dev_set_is_caught_by_its_losses_not_its_
         print(f"trained on {'train + dev' if flagged else 'train'}: dev {dev:.3f} held {held:.3f} loss gap {t:+.1f}")
         assert (t > verdicts.HELD_OUT_LOSS_MIN_T) == flagged
         if flagged:
-            with pytest.raises(verdicts.TwoViewsDisagree, match="trained on the dev set"):
+            with pytest.raises(verdicts.HeldOutGap, match="trained on the dev set"):
                 verdicts._check_held_out(final, dev, held, ref, "planted")
         else:
             verdicts._check_held_out(final, dev, held, ref, "honest")

@@ -82,6 +82,11 @@ class TwoViewsDisagree(ForReview):
     The part goes to the instructor as REVIEW."""
 
 
+class HeldOutGap(ForReview):
+    """A run scores far better on the dev set the sandbox holds than on the grader's held-out sentences,
+    which it never had: trained on the dev set? The part goes to the instructor as REVIEW."""
+
+
 class StudentRaised(EvidenceMissing):
     """The student's function raised: ``what`` was called, ``ename`` and ``evalue`` are what it raised."""
 
@@ -559,11 +564,15 @@ def descent(start, final, ref: Reference) -> dict:
     return found
 
 
+def _readings(found: dict) -> str:
+    """The two readings behind a descent ``z``, for every message that quotes it."""
+    return f"cosine with the negative gradient {found['alignment']:+.3f}, sign agreement {found['agreement']:.3f}"
+
+
 def descent_text(model) -> str:
     found = model.descent
     return (f"descent on the grader's examples: {found['z']:.1f} standard deviations from a random change (least "
-            f"{DESCENT_MIN_Z:g}; cosine with the negative gradient {found['alignment']:+.3f}, sign agreement "
-            f"{found['agreement']:.3f}; loss {found['loss_before']:.4f} -> {found['loss_after']:.4f})")
+            f"{DESCENT_MIN_Z:g}; {_readings(found)}; loss {found['loss_before']:.4f} -> {found['loss_after']:.4f})")
 
 
 def _check_descent(found: dict, what: str) -> None:
@@ -573,14 +582,12 @@ def _check_descent(found: dict, what: str) -> None:
             f"{found['z']:.1f} standard deviations from a random change: more than noise gives (under "
             f"{DESCENT_REVIEW_Z:g}), less than training on the exercise's data usually gives ({DESCENT_MIN_Z:g} or "
             f"more; a head trained in an unlucky order can land here, and so can a run trained on a few "
-            f"sentences; cosine with the negative gradient {found['alignment']:+.3f}, sign agreement "
-            f"{found['agreement']:.3f}). For the instructor to judge.")
+            f"sentences; {_readings(found)}). For the instructor to judge.")
     if not found["z"] >= DESCENT_MIN_Z:
         raise EvidenceMissing(
             f"{what}: the weights did not move down the training loss on the grader's examples: their change "
             f"sits {found['z']:.1f} standard deviations from a random one (training moves them at least "
-            f"{DESCENT_MIN_Z:g} away: cosine with the negative gradient {found['alignment']:+.3f}, sign agreement "
-            f"{found['agreement']:.3f}). Was it trained, and on the exercise's training set?")
+            f"{DESCENT_MIN_Z:g} away: {_readings(found)}). Was it trained, and on the exercise's training set?")
 
 
 def rescore(model, ref: Reference, split=None) -> float:
@@ -632,7 +639,7 @@ def _check_held_out(model, rescored: float, held: float, ref: Reference, what: s
     z = held_out_gap(rescored, held, len(ref.dev_set), len(ref.held_out))
     t = held_out_loss_gap(example_losses(model, ref, ref.dev_set), example_losses(model, ref, ref.held_out))
     if z > HELD_OUT_MIN_Z or t > HELD_OUT_LOSS_MIN_T:
-        raise TwoViewsDisagree(
+        raise HeldOutGap(
             f"{what} scores {rescored:.4f} on the dev set the notebook holds but {held:.4f} on {len(ref.held_out):,} "
             f"held-out dev sentences the sandbox never had, {z:.1f} standard errors apart beyond "
             f"{HELD_OUT_MARGIN:g} (an honest run's gap is sampling noise, under {HELD_OUT_MIN_Z:g}), and its mean loss "
