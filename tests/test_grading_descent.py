@@ -110,3 +110,32 @@ def test_an_honest_head_read_in_an_unlucky_order_is_not_failed(shared_data):
         verdicts._check_descent(found, "honest head, order 2")
     except verdicts.DescentUnclear:
         pass
+
+
+@pytest.mark.parametrize("profile_name", ["smoke", "grading"])
+def test_honest_runs_fit_the_graders_examples_and_a_tiny_subset_does_not(profile_name, shared_data):
+    """The fit check: a run trained on 2 of the sentences still steps down the whole set's loss (its descent
+    passes at the grading profile), but it fits the grader's training examples no better than unseen ones."""
+    ref = verdicts.reference(config.get_profile(profile_name))
+    train = _train_set(ref)
+    margins = []
+    for regime in ("frozen", "finetune"):
+        start, final = honest(ref, regime)
+        found = verdicts.fit(start, final, ref)
+        verdicts._check_fit(found, f"honest {regime}")  # passes
+        for kept in (range(2), range(len(train) - 2, len(train))):
+            tiny = verdicts.fit(start, honest(ref, regime, train=train.select(kept))[1], ref)
+            with pytest.raises(verdicts.FitUnclear, match="For the instructor"):
+                verdicts._check_fit(tiny, f"{regime} on 2 sentences")
+            margins.append((regime, found["z"], tiny["z"]))
+    print(f"\n{profile_name}: least fit z {verdicts.FIT_MIN_Z}; "
+          + "; ".join(f"{r} honest {h:+.2f} vs 2 sentences {t:+.2f}" for r, h, t in margins))
+
+
+def test_a_fit_under_the_line_goes_for_review_never_fails():
+    found = {"n_train": 128, "n_unseen": 512}
+    verdicts._check_fit({**found, "z": verdicts.FIT_MIN_Z}, "a fitted step")  # passes
+    with pytest.raises(verdicts.FitUnclear, match="faster than those of 512 sentences"):
+        verdicts._check_fit({**found, "z": 0.3}, "a step on 2 sentences")
+    with pytest.raises(verdicts.FitUnclear):
+        verdicts._check_fit({**found, "z": float("nan")}, "a broken reading")

@@ -246,7 +246,9 @@ HONEST["course_helpers_imported"] = set()  # build_model needs add_lora; the see
 HONEST["course_helpers_by_exec_and_importlib"] = {"3 loop"}  # its train_loop is the solution's
 # Trained on train + dev for 3 epochs: its loop is the solution's; part 4 goes to review (the held-out check).
 HONEST["trained_on_the_scoring_split"] = {"1 lora", "2 regimes", "3 loop", "5 seeds"}
-# Two sentences are too few for the training loss on the grader's train set to fall: parts 3 and 4 fail.
+# Two sentences: at smoke the grader's training loss does not fall (parts 3 and 4 fail descent); at the grading
+# profile the loop's few steps still go down it, but fit the grader's examples no better than unseen ones
+# (part 3 to review, the fit check), and the runs fail part 4's descent.
 HONEST["trained_on_a_tiny_subset"] = {"1 lora", "2 regimes", "5 seeds"}
 HONEST["honest_solution"] = {"1 lora", "2 regimes", "3 loop", "4 measure", "5 seeds"}
 # Past smoke, part 5 also verifies and re-scores a second seed of every run: only the cases whose
@@ -255,10 +257,6 @@ if PROFILE != "smoke":
     for case, answers in CASES.items():
         if answers.get("run_regime") != "solution":
             HONEST.get(case, set()).discard("5 seeds")
-#: Holes measured and stated (book/instructors.md), not hidden: at the grading profile a train_loop that keeps
-#: 2 of the sentences it is given still steps down the whole set's loss (z well past DESCENT_MIN_Z), so its
-#: loop part passes there; its runs fail part 4 all the same.
-KNOWN_GAPS = {("grading", "trained_on_a_tiny_subset"): {"3 loop"}}
 #: Cases whose answers the sandbox's package withholds: the error names the exercise's build.
 WITHHELD = ("course_helpers_imported", "course_helpers_by_exec_and_importlib")
 #: What the verdict of part 4 says, for the cases of class 4 that get that far.
@@ -328,8 +326,7 @@ def graded(tmp_path_factory, bwrap):
 def test_no_faked_part_passes(graded, case):
     result = graded[case]
     honest = set(HONEST.get(case, {}))
-    gaps = KNOWN_GAPS.get((PROFILE, case), set())
-    faked = {part: mark for part, mark in result.marks().items() if part not in honest | gaps}
+    faked = {part: mark for part, mark in result.marks().items() if part not in honest}
     assert set(faked.values()) <= {"FAIL", "REVIEW"}, grading.details(result)
     assert len(result.marks()) == 5, grading.details(result)
     for part in honest:  # the solution's code still passes where the case used it

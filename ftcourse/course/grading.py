@@ -40,9 +40,10 @@ instructor as REVIEW, never as PASS. Concretely:
   scan for the course's helpers (``Exercise.solved_by_import``) stays as a hint for what must stay given
   (a given helper, used where a part asks for the student's own code).
 
-Known gaps, stated for instructors in ``book/instructors.md``: a run trained honestly on a rebound, tiny subset
-of the training set is a descent step and scores what it scores; the grade shows its figures, not a judgement
-of how much data it used. With ``--no-sandbox`` (trusted runs only) nothing is withheld.
+A run trained honestly on a rebound, tiny subset of the training set is a descent step; part 3 sends the
+student's loop to REVIEW when its change fits the grader's training examples no better than unseen sentences
+(``verdicts.fit``, stated with its margins in ``book/instructors.md``). With ``--no-sandbox`` (trusted runs
+only) nothing is withheld.
 
 Which guarantee comes from where:
 
