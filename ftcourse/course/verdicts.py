@@ -505,7 +505,7 @@ def trained_model(record, regime: str, what: str, folder: Path, ref: Reference, 
     with _descent_lock:  # one at a time: each holds a second copy of the model and its gradient
         start = start_model(record, regime, what, folder, ref, lora)
         found = descent(start, model, ref)
-        fits = fit(start, model, ref) if check_fit and found["z"] >= DESCENT_REVIEW_Z else None
+        fits = fit(start, model, ref) if check_fit and found["z"] >= DESCENT_MIN_Z else None  # else descent decides
         del start
         from ..training import _return_freed_memory_to_os
 
@@ -588,10 +588,12 @@ def slopes(start, final, ref: Reference, split) -> torch.Tensor:
     """How fast each example's loss falls along the run's change, at its start: the directional derivative
     ``-d loss_i / dt`` of ``start + t (final - start)`` at ``t = 0``, by a central difference in double
     precision (the change of a few small steps is below float32's resolution of the weights)."""
-    from ..training import collate
+    from ..training import in_dataset_order
 
-    rows, pad = split.to_list(), ref.tokenizer.pad_token_id or 0
-    batches = [collate(rows[i:i + 64], pad) for i in range(0, len(rows), 64)]
+    def losses(batch):  # in double: predict's float32 logits would round the difference away
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        return torch.nn.functional.cross_entropy(probe(**inputs)["logits"], batch["labels"], reduction="none")
+
     probe, finals = copy.deepcopy(start).double().eval(), dict(final.named_parameters())
     starts = {n: p.detach().double() for n, p in start.named_parameters()}
     rises = []
@@ -599,9 +601,7 @@ def slopes(start, final, ref: Reference, split) -> torch.Tensor:
         for t in (FIT_STEP, -FIT_STEP):
             for name, p in probe.named_parameters():
                 p.copy_(starts[name] + t * (finals[name].detach().double() - starts[name]))
-            rises.append(torch.cat([torch.nn.functional.cross_entropy(
-                probe(**{k: v for k, v in batch.items() if k != "labels"})["logits"], batch["labels"], reduction="none")
-                for batch in batches]))
+            rises.append(torch.stack(in_dataset_order(losses, split, 64, ref.tokenizer.pad_token_id or 0)))
     del probe
     return -(rises[0] - rises[1]) / (2 * FIT_STEP)
 
