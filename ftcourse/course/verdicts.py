@@ -67,8 +67,9 @@ DESCENT_REVIEW_Z = 2.0
 #: with (4 per training example, up to 512: past 4, the test's effective size n1 n2 / (n1 + n2) is within
 #: 20% of its ceiling n1, and each sentence costs a forward pass), and the least z that passes. Honest
 #: loops (frozen, fine-tuned) read 2.5 to 6.5 over 8 data orders at the grading profile (128 examples, 512
-#: held out) and 3.3 to 4.6 at smoke (32 examples, 128 held out); a loop that kept 2 of the sentences reads -1.1 to 1.4. LoRA runs (part 4) dip to 2.4, too close
-#: to the line, and a tiny subset there already fails descent, so parts 4 and 5 skip this check.
+#: held out) and 3.3 to 4.6 at smoke (32 examples, 128 held out); a loop that kept 2 of the sentences
+#: reads -1.1 to 1.4. LoRA runs (part 4) dip to 2.4, too close to the line, and a tiny subset there already
+#: fails descent, so parts 4 and 5 skip this check.
 FIT_HELD_OUT_PER_EXAMPLE = 4
 FIT_HELD_OUT = 512
 FIT_MIN_Z = 2.0
