@@ -157,6 +157,10 @@ def test_the_encoder_verdict_asks_whether_a_better_start_closes_most_of_the_gap(
     assert pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0)).endswith("closes most of the gap: yes")
     assert pairs.encoder_verdict((25.0, 57.0), (60.0, 80.0)).endswith("closes most of the gap: no")  # 20 of 32
     assert pairs.encoder_verdict((60.0, 50.0), (70.0, 69.0)).endswith(": no")  # no lead to explain
+    # a gap measured from a cross-encoder below its own encoder's floor is a failed run's: not tested
+    assert pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0), floors=(20.0, 70.0)).endswith("closes most of the gap: yes")
+    failed = pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0), floors=(35.9, 70.0))
+    assert "NOT TESTED (the raw encoder's" in failed and not failed.endswith("yes")
     by_encoder = {"raw_encoder": {"cross": {"test": 25.0}, "bi": {"test": 57.0}, "zero_shot": {"test": 35.9}},
                   "encoder": {"cross": {"test": 76.6}, "bi": {"test": 86.0}, "zero_shot": {"test": 82.0}}}
     table = pairs.comparison_table(by_encoder, 2000, 2, {"cross_encoder": 84.30, "bi_encoder": 84.67})
@@ -200,3 +204,37 @@ def test_the_cost_verdict_reads_how_the_time_grew_and_can_fail():
     flat = {**cost, "cross_seconds": 1.4}  # a cross-encoder whose time only doubled: not the pairs' growth
     assert pairs.verdicts(80.0, 80.2, flat, far, published, paper_cost, half=half)[2].endswith("DISAGREES")
     assert len(pairs.verdicts(80.0, 80.2, cost, far, published, paper_cost)) == 2  # no half: no growth line
+
+
+def test_the_closeness_verdict_is_not_decided_by_a_failed_cross_encoder():
+    published = {"cross_encoder": 84.3, "bi_encoder": 84.67}
+    paper_cost = {"cross_encoder_hours": 65, "bi_encoder_seconds": 5}
+    cost = {"sentences": 100, "cross_passes": 4950, "bi_passes": 100, "cross_seconds": 2.9, "bi_seconds": 0.1}
+    far = pairs.extrapolate(cost, 10_000)
+
+    def closeness(cross, bi, floor=None):
+        return pairs.verdicts(cross, bi, cost, far, published, paper_cost, floor=floor)[0]
+
+    assert closeness(80.0, 80.2, floor=35.9).endswith("the two are close: agrees")
+    assert "close: DISAGREES (the bi-encoder leads by 29.0 points)" in closeness(20.0, 49.0)  # no floor given
+    assert "close: DISAGREES" in closeness(50.0, 79.0, floor=35.9)  # a sound run can fail the claim
+    failed = closeness(20.2, 49.1, floor=35.9)  # below its own untrained cosine: tests nothing
+    assert "close: NOT TESTED" in failed and "DISAGREES" not in failed and "agrees" not in failed
+
+
+def test_the_budget_verdict_says_whether_more_pairs_and_epochs_clear_the_floor():
+    assert pairs.budget_verdict({2: 30.6, 4: 23.9}, 29.7, 36.8, 2000, 5449, 2).endswith(
+        "no: the budget is not what holds it back")
+    assert pairs.budget_verdict({2: 40.0, 4: 38.0}, 29.7, 36.8, 2000, 5449, 2).endswith("yes: the budget held it back")
+    assert pairs.budget_verdict({2: 40.0}, 38.0, 36.8, 2000, 5449, 2).endswith("already clears it")
+
+
+def test_more_budget_trains_on_every_pair_and_reads_a_carved_part_only(encoder, tokenizer, profile):
+    from ftcourse import data
+
+    rows = stsb_rows(24)
+    rest, held = data.carve_validation(rows, 8)
+    scores = pairs.more_budget(encoder, tokenizer, rest, held, 1e-3, profile, epochs=(1, 2))
+    assert set(scores) == {1, 2} and all(-100 <= s <= 100 for s in scores.values())
+    with pytest.raises(data.ReportedSplitError):
+        pairs.more_budget(encoder, tokenizer, rest, rows, 1e-3, profile, epochs=(1,))
