@@ -172,13 +172,8 @@ def more_budget(encoder: nn.Module, tokenizer, train, validation, lr: float, pro
     cross-encoder was held back by its budget (the pairs and epochs it was given) or by its start.
     ``validation``: carved from the training pairs, as the chooser's."""
     data.require_validation(validation, "pairs.more_budget")
-    pad = tokenizer.pad_token_id
     train_pairs, held_pairs = (tokenize_pairs(part, tokenizer, profile.max_length) for part in (train, validation))
-    scores = {}
-    for count in tqdm(list(epochs), desc="cross-encoder, every pair"):
-        model, _ = train_cross_encoder(encoder, train_pairs, profile, epochs=count, lr=lr, pad_token_id=pad, progress=False)
-        scores[count] = spearman_x100(model, held_pairs, pad)
-    return scores
+    return choose_epochs(encoder, train_pairs, held_pairs, lr, epochs, profile, tokenizer.pad_token_id)[1]
 
 
 def budget_verdict(scores: dict, at_budget: float, floor: float, pairs_given: int, pairs_all: int,
