@@ -176,15 +176,22 @@ def more_budget(encoder: nn.Module, tokenizer, train, validation, lr: float, pro
     return choose_epochs(encoder, train_pairs, held_pairs, lr, epochs, profile, tokenizer.pad_token_id)[1]
 
 
+def below_floor(cross: float, floor: float | None) -> bool:
+    """Is a trained cross-encoder at or below ``floor``, its own encoder's untrained mean cosine on
+    the same split? Such a run learned less from the labels than the encoder knew before them: a
+    failed run, which no verdict about the architecture may read. No floor given: never."""
+    return floor is not None and cross <= floor
+
+
 def budget_verdict(scores: dict, at_budget: float, floor: float, pairs_given: int, pairs_all: int,
                    epochs_given: int) -> str:
     """Whether more budget lifts a cross-encoder above its encoder's floor (all on validation):
     ``scores`` is ``more_budget``'s, ``at_budget`` the chosen run's score with ``pairs_given`` pairs
     and ``epochs_given`` epochs, ``floor`` the untrained mean cosine. The budget is the cause when a
     bigger one clears the floor that the given one did not."""
-    if at_budget > floor:
+    if not below_floor(at_budget, floor):
         answer = "not needed: the given budget already clears it"
-    elif max(scores.values()) > floor:
+    elif not below_floor(max(scores.values()), floor):
         answer = "yes: the budget held it back"
     else:
         answer = "no: the budget is not what holds it back"
@@ -299,7 +306,7 @@ def verdicts(cross: float, bi: float, cost: dict, extrapolated: dict, published:
     paper_gap = published["bi_encoder"] - published["cross_encoder"]
     close = abs(bi - cross) <= abs(paper_gap) + sum((paper_std or {}).values()) + 1.0
     ratio = extrapolated["cross_seconds"] / extrapolated["bi_seconds"]
-    if floor is not None and cross <= floor:
+    if below_floor(cross, floor):
         closeness = (f"NOT TESTED (the cross-encoder sits below the same encoder's untrained mean cosine, "
                      f"{floor:.2f}: a failed run, not evidence about the architecture)")
     else:
@@ -329,7 +336,7 @@ def zero_shot_verdict(cross: float, zero_shot: float, split: str = "test", encod
     """Whether the trained cross-encoder beats the untrained encoder's mean-pooled cosine on the
     same split: a supervised run below its own encoder's zero-shot score has learned less from
     the labels than it had before them, and the notebook must say why."""
-    beats = cross > zero_shot
+    beats = not below_floor(cross, zero_shot)
     return (f"the cross-encoder{' from ' + encoder if encoder else ''} ({cross:.2f}, STS-B {split}) against the same "
             f"encoder untrained, mean-pooled "
             f"cosine ({zero_shot:.2f}): {'above it' if beats else 'BELOW IT: the trained run learned less than the encoder knew'}")
@@ -345,8 +352,11 @@ def encoder_verdict(raw: tuple, adapted: tuple, floors: tuple | None = None) -> 
     raw_gap, adapted_gap = raw[1] - raw[0], adapted[1] - adapted[0]
     shrinks = raw_gap > 0 and adapted_gap < raw_gap / 2
     failed = [name for name, (cross, _), floor in zip(("raw", "adapted"), (raw, adapted), floors or (None, None))
-              if floor is not None and cross <= floor]
-    answer = (f"NOT TESTED (the {' and the '.join(failed)} encoder's cross-encoder sits below its untrained mean cosine)"
-              if failed else ("yes" if shrinks else "no"))
+              if below_floor(cross, floor)]
+    if failed:
+        whose = f"the {failed[0]} encoder's cross-encoder sits" if len(failed) == 1 else "both cross-encoders sit"
+        answer = f"NOT TESTED ({whose} below its encoder's untrained mean cosine)"
+    else:
+        answer = "yes" if shrinks else "no"
     return (f"the bi-encoder's lead, STS-B test: {raw_gap:+.2f} points from the raw encoder, {adapted_gap:+.2f} from "
             f"the adapted one; a better-pretrained encoder closes most of the gap: {answer}")

@@ -160,7 +160,9 @@ def test_the_encoder_verdict_asks_whether_a_better_start_closes_most_of_the_gap(
     # a gap measured from a cross-encoder below its own encoder's floor is a failed run's: not tested
     assert pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0), floors=(20.0, 70.0)).endswith("closes most of the gap: yes")
     failed = pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0), floors=(35.9, 70.0))
-    assert "NOT TESTED (the raw encoder's" in failed and not failed.endswith("yes")
+    assert "NOT TESTED (the raw encoder's cross-encoder sits below its encoder's" in failed and not failed.endswith("yes")
+    both = pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0), floors=(35.9, 80.0))
+    assert "NOT TESTED (both cross-encoders sit below" in both and not both.endswith("yes")
     by_encoder = {"raw_encoder": {"cross": {"test": 25.0}, "bi": {"test": 57.0}, "zero_shot": {"test": 35.9}},
                   "encoder": {"cross": {"test": 76.6}, "bi": {"test": 86.0}, "zero_shot": {"test": 82.0}}}
     table = pairs.comparison_table(by_encoder, 2000, 2, {"cross_encoder": 84.30, "bi_encoder": 84.67})
