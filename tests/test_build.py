@@ -179,6 +179,29 @@ def test_the_time_left_counts_down_while_a_cell_runs(tmp_path, capsys, monkeypat
     assert readings == ["6:40", "4:40", "1:50", "1:40"]  # never below what the cells after it take
 
 
+def test_the_time_left_follows_this_builds_pace(tmp_path, capsys, monkeypatch):
+    """On a CPU slower than the measured build's, the estimate grows with what the finished cells
+    took, rather than sitting at the cells ahead for minutes while a long cell runs over."""
+    path = small_notebook(tmp_path / "notebooks" / "01_lesson.ipynb", "x = 1")
+    key = "notebooks/01_lesson"
+    progress = notebooks.BuildProgress([path], {key: {"seconds": 400.0, "cells": {"1": 100.0, "2": 200.0, "3": 100.0}}},
+                                       live=False, every=0.0)
+    clock = [1000.0]
+    monkeypatch.setattr(notebooks.time, "perf_counter", lambda: clock[0])
+    progress.start(path)
+    assert progress.pace(key) == 1.0  # nothing finished yet: the last build's figures as they are
+    clock[0] = 1150.0
+    progress.cell(path, 1, 150.0)  # 1.5x what it took last time
+    assert progress.pace(key) == pytest.approx(1.5)
+    assert progress.left_now(key, 1) == pytest.approx(450.0)  # 1.5 x (200 + 100)
+    clock[0] = 1210.0  # 60 s into cell 2
+    assert progress.left_now(key, 1) == pytest.approx(390.0)
+    quick = notebooks.BuildProgress([path], {key: {"seconds": 12.0, "cells": {"1": 2.0, "2": 10.0}}}, live=False)
+    quick.start(path)
+    quick.cell(path, 1, 20.0)  # 10x, but over 2 s of the last build: too little to go by
+    assert quick.pace(key) == 1.0
+
+
 def test_a_kernel_is_shut_down_when_its_notebook_is_done(tmp_path):
     import psutil
 
