@@ -181,7 +181,8 @@ def test_the_time_left_counts_down_while_a_cell_runs(tmp_path, capsys, monkeypat
 
 def test_the_time_left_follows_this_builds_pace(tmp_path, capsys, monkeypatch):
     """On a CPU slower than the measured build's, the estimate grows with what the finished cells
-    took, rather than sitting at the cells ahead for minutes while a long cell runs over."""
+    took, so it does not fall to the last build's figure for the cells ahead and sit there while a
+    long cell runs over. The pace is read each time a cell finishes."""
     path = small_notebook(tmp_path / "notebooks" / "01_lesson.ipynb", "x = 1")
     key = "notebooks/01_lesson"
     progress = notebooks.BuildProgress([path], {key: {"seconds": 400.0, "cells": {"1": 100.0, "2": 200.0, "3": 100.0}}},
@@ -196,6 +197,10 @@ def test_the_time_left_follows_this_builds_pace(tmp_path, capsys, monkeypatch):
     assert progress.left_now(key, 1) == pytest.approx(450.0)  # 1.5 x (200 + 100)
     clock[0] = 1210.0  # 60 s into cell 2
     assert progress.left_now(key, 1) == pytest.approx(390.0)
+    clock[0] = 1550.0  # 400 s into cell 2, past its 1.5 x 200: what the cell after it takes, at the pace
+    assert progress.left_now(key, 1) == pytest.approx(150.0)
+    progress.cell(path, 2, 1500.0)  # 5x: a pace past PACE_LIMITS is held at its bound
+    assert progress.pace(key) == pytest.approx(notebooks.PACE_LIMITS[1])
     quick = notebooks.BuildProgress([path], {key: {"seconds": 12.0, "cells": {"1": 2.0, "2": 10.0}}}, live=False)
     quick.start(path)
     quick.cell(path, 1, 20.0)  # 10x, but over 2 s of the last build: too little to go by

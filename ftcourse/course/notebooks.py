@@ -246,6 +246,7 @@ def _minutes(seconds: float) -> str:
 #: The last build's seconds that this build's finished cells must add up to before the estimate of
 #: the time left is scaled by this build's pace (``BuildProgress.pace``).
 PACE_AFTER_SECONDS = 30.0
+PACE_LIMITS = (0.25, 4.0)
 
 
 class BuildProgress:
@@ -270,13 +271,17 @@ class BuildProgress:
 
     def pace(self, key: str) -> float:
         """How this build's speed compares with the last measured one's, for this notebook: the
-        seconds its finished cells took now over what they took then (1.5 on a CPU a third
-        slower). 1 until those cells took ``PACE_AFTER_SECONDS`` last time: a few quick cells
-        say little about the long ones."""
+        seconds its finished cells took now over what they took then (1.5 where they take half as
+        long again). 1 until those cells took ``PACE_AFTER_SECONDS`` last time: a few quick cells
+        say little about the long ones. Kept within ``PACE_LIMITS``: a run read from the run store
+        makes one cell far quicker than the rest will be. Called under ``_lock``."""
         before = self.previous.get(key, {}).get("cells", {})
         now = {i: s for i, s in self.measured.get(key, {}).get("cells", {}).items() if i in before}
         then = sum(before[i] for i in now)
-        return sum(now.values()) / then if then >= PACE_AFTER_SECONDS else 1.0
+        if then < PACE_AFTER_SECONDS:
+            return 1.0
+        low, high = PACE_LIMITS
+        return min(max(sum(now.values()) / then, low), high)
 
     def left(self, key: str, index: int, running_for: float = 0.0) -> float | None:
         """Seconds left after cell ``index`` finished, by the last measured build scaled by this
