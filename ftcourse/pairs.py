@@ -179,8 +179,9 @@ def more_budget(encoder: nn.Module, tokenizer, train, validation, lr: float, pro
 def below_floor(cross: float, floor: float | None) -> bool:
     """Is a trained cross-encoder at or below ``floor``, its own encoder's untrained mean cosine on
     the same split? Such a run learned less from the labels than the encoder knew before them: a
-    failed run, which no verdict about the architecture may read. No floor given: never."""
-    return floor is not None and cross <= floor
+    failed run, which no verdict about the architecture may read. A NaN score (Spearman of a model
+    that predicts one constant) is below any floor. No floor given: never."""
+    return floor is not None and not cross > floor
 
 
 def budget_verdict(scores: dict, at_budget: float, floor: float, pairs_given: int, pairs_all: int,
@@ -191,7 +192,7 @@ def budget_verdict(scores: dict, at_budget: float, floor: float, pairs_given: in
     bigger one clears the floor that the given one did not."""
     if not below_floor(at_budget, floor):
         answer = "not needed: the given budget already clears it"
-    elif not below_floor(max(scores.values()), floor):
+    elif any(not below_floor(score, floor) for score in scores.values()):
         answer = "yes: the budget held it back"
     else:
         answer = "no: the budget is not what holds it back"
@@ -354,8 +355,9 @@ def encoder_verdict(raw: tuple, adapted: tuple, floors: tuple | None = None) -> 
     failed = [name for name, (cross, _), floor in zip(("raw", "adapted"), (raw, adapted), floors or (None, None))
               if below_floor(cross, floor)]
     if failed:
-        whose = f"the {failed[0]} encoder's cross-encoder sits" if len(failed) == 1 else "both cross-encoders sit"
-        answer = f"NOT TESTED ({whose} below its encoder's untrained mean cosine)"
+        answer = (f"NOT TESTED (the {failed[0]} encoder's cross-encoder sits below that encoder's untrained mean cosine)"
+                  if len(failed) == 1 else
+                  "NOT TESTED (both cross-encoders sit below their encoders' untrained mean cosines)")
     else:
         answer = "yes" if shrinks else "no"
     return (f"the bi-encoder's lead, STS-B test: {raw_gap:+.2f} points from the raw encoder, {adapted_gap:+.2f} from "

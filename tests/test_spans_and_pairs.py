@@ -160,9 +160,9 @@ def test_the_encoder_verdict_asks_whether_a_better_start_closes_most_of_the_gap(
     # a gap measured from a cross-encoder below its own encoder's floor is a failed run's: not tested
     assert pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0), floors=(20.0, 70.0)).endswith("closes most of the gap: yes")
     failed = pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0), floors=(35.9, 70.0))
-    assert "NOT TESTED (the raw encoder's cross-encoder sits below its encoder's" in failed and not failed.endswith("yes")
+    assert "NOT TESTED (the raw encoder's cross-encoder sits below that encoder's" in failed and not failed.endswith("yes")
     both = pairs.encoder_verdict((25.0, 57.0), (76.6, 86.0), floors=(35.9, 80.0))
-    assert "NOT TESTED (both cross-encoders sit below" in both and not both.endswith("yes")
+    assert "NOT TESTED (both cross-encoders sit below their encoders'" in both and not both.endswith("yes")
     by_encoder = {"raw_encoder": {"cross": {"test": 25.0}, "bi": {"test": 57.0}, "zero_shot": {"test": 35.9}},
                   "encoder": {"cross": {"test": 76.6}, "bi": {"test": 86.0}, "zero_shot": {"test": 82.0}}}
     table = pairs.comparison_table(by_encoder, 2000, 2, {"cross_encoder": 84.30, "bi_encoder": 84.67})
@@ -191,6 +191,7 @@ def test_the_cross_encoder_chooser_extends_its_grid_and_chooses_its_epochs(encod
 def test_a_cross_encoder_below_its_own_zero_shot_score_is_named():
     assert pairs.zero_shot_verdict(40.0, 35.9).endswith("above it")
     assert "BELOW IT" in pairs.zero_shot_verdict(22.7, 35.9)
+    assert "BELOW IT" in pairs.zero_shot_verdict(float("nan"), 35.9)  # a constant prediction's Spearman
     assert pairs.zero_shot_verdict(22.7, 35.9, encoder="the raw encoder").startswith("the cross-encoder from the raw encoder (22.70")
 
 
@@ -229,6 +230,10 @@ def test_the_budget_verdict_says_whether_more_pairs_and_epochs_clear_the_floor()
         "no: the budget is not what holds it back")
     assert pairs.budget_verdict({2: 40.0, 4: 38.0}, 29.7, 36.8, 2000, 5449, 2).endswith("yes: the budget held it back")
     assert pairs.budget_verdict({2: 40.0}, 38.0, 36.8, 2000, 5449, 2).endswith("already clears it")
+    nan = float("nan")  # a cross-encoder that predicts one constant: never above the floor
+    assert pairs.budget_verdict({2: nan, 4: nan}, nan, 36.8, 2000, 5449, 2).endswith("not what holds it back")
+    assert pairs.budget_verdict({2: nan, 4: 40.0}, 29.7, 36.8, 2000, 5449, 2).endswith("yes: the budget held it back")
+    assert "NOT TESTED (the raw encoder's" in pairs.encoder_verdict((nan, 57.0), (76.6, 86.0), floors=(35.9, 70.0))
 
 
 def test_more_budget_trains_on_every_pair_and_reads_a_carved_part_only(encoder, tokenizer, profile):
